@@ -1,0 +1,40 @@
+# The README's commands. Each target sets up .venv from the project's own files first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test test-fast bench quality clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned to the CPU build this machine and CI carry; users may hold any torch>=2.4.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python train.py recipe=fic_tiny
+
+test: venv
+	$(BIN)/python -m pytest -q -m "not gpu" --durations=15
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -x -m "not gpu and not slow and not browser"
+
+bench: venv
+	$(BIN)/python benchmarks/run_all.py
+
+quality: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

@@ -1,0 +1,221 @@
+"""Tiny offline causal LMs and tokenizers for tests, the demo and benchmarks. No downloads, ever.
+
+`tiny_model(family)` builds a random-init Llama or Qwen2 model (well under 5M parameters) with a byte-level BPE
+tokenizer trained here on a built-in corpus, attaches one of three chat-template families and saves both with
+`save_pretrained`, so every code path loads them exactly as it would load a hub checkpoint. Builds are cached on
+disk (`$FIC_CACHE`, default `~/.cache/fic`) by their settings and written atomically, so parallel test workers can
+share them.
+
+Families:
+    chatml: Qwen-style `<|im_start|>role\\n...<|im_end|>`, injects a default system prompt.
+    llama3: Llama-3-style headers, BOS, and an injected `Today Date:` line in the system block.
+    norole: Gemma-style, no system role (raises), `assistant` renamed `model`, `<end_of_turn>` closes turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+CHATML_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if not (loop.first and message['role'] == 'system') %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- if not date_string is defined %}{%- set date_string = strftime_now('%d %b %Y') %}{%- endif %}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] | trim %}"
+    "{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = '' %}"
+    "{%- set loop_messages = messages %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}"
+    "{{- 'Cutting Knowledge Date: December 2023\\nToday Date: ' + date_string + '\\n\\n' }}"
+    "{{- system_message }}{{- '<|eot_id|>' }}"
+    "{%- for message in loop_messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+NOROLE_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+
+FAMILIES: dict[str, dict] = {
+    "chatml": {
+        "template": CHATML_TEMPLATE,
+        "special": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        "extra": ["<|im_start|>"],
+        "turn_end": ["<|im_end|>"],
+    },
+    "llama3": {
+        "template": LLAMA3_TEMPLATE,
+        "special": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|finetune_right_pad|>"},
+        "extra": ["<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"],
+        "turn_end": ["<|eot_id|>"],
+    },
+    "norole": {
+        "template": NOROLE_TEMPLATE,
+        "special": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+        "extra": ["<start_of_turn>", "<end_of_turn>"],
+        "turn_end": ["<end_of_turn>", "<eos>"],
+    },
+}
+
+_WORDS = (
+    "the a an of to and in is it that for on with as was he she they you we I be this are by at from or have not "
+    "what which who when where why how can could would should will do does did may might must please tell me more "
+    "about step first second then next finally so because if than there their them your our my answer question "
+    "total sum difference product number numbers each per every many much cost costs price buy sells has had "
+    "apples books cookies dollars hours minutes days weeks students friends boxes cars eggs pages miles "
+    "plus minus times divided equals result left remaining more less twice half three four five six seven eight "
+    "nine ten hundred thousand user assistant system model thanks thank okay yes no sure explain why example "
+    "could you clarify mean meant wrong right correct check again shorter longer detail details summary "
+    "translate code function write list name city country year color size brand rating category product item"
+).split()
+
+
+def _corpus() -> list[str]:
+    """A deterministic corpus: words, sentences built from them, digits and arithmetic."""
+    lines = [" ".join(_WORDS[i : i + 12]) for i in range(0, len(_WORDS), 6)]
+    lines += [f"{a} + {b} = {a + b}. {a} * {b} = {a * b}. {b} - {a} = {b - a}." for a in range(13) for b in range(13)]
+    lines += [w.capitalize() + " " + w + "? " + w + "." for w in _WORDS]
+    lines += ["0123456789 .,;:!?()[]{}<>'\"-_/\\|@#$%^&*+=~` \n\t"] * 3
+    return lines * 2
+
+
+def build_tokenizer(family: str = "chatml", vocab_size: int = 512):
+    """A byte-level BPE `PreTrainedTokenizerFast` with the family's special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    spec = _family(family)
+    specials = list(dict.fromkeys([*spec["special"].values(), *spec["extra"]]))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **spec["special"], additional_special_tokens=spec["extra"])
+    fast.chat_template = spec["template"]
+    fast.padding_side = "left"
+    return fast
+
+
+def _family(family: str) -> dict:
+    if family not in FAMILIES:
+        raise ValueError(f"family: unknown chat-template family {family!r}; valid: {', '.join(FAMILIES)}")
+    return FAMILIES[family]
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("FIC_CACHE", Path.home() / ".cache" / "fic"))
+
+
+def tiny_model(
+    family: str = "chatml",
+    arch: str = "llama",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 128,
+    vocab_size: int = 512,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+    cache_dir: str | Path | None = None,
+) -> str:
+    """Build (once) and return the directory of a tiny random-init causal LM with its tokenizer.
+
+    Args:
+        family: chat-template family, one of `chatml`, `llama3`, `norole`.
+        arch: `llama` (LlamaForCausalLM) or `qwen2` (Qwen2ForCausalLM).
+        hidden_size, num_layers, num_heads, intermediate_size: model shape (defaults give ~0.15M parameters).
+        vocab_size: BPE vocabulary size (special tokens included).
+        seed: torch seed for the random initialisation.
+        cache_dir: where builds are kept (default `$FIC_CACHE/tiny` or `~/.cache/fic/tiny`).
+    """
+    settings = dict(
+        family=family, arch=arch, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        intermediate_size=intermediate_size, vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
+        seed=seed, version=1,
+    )  # fmt: skip
+    _family(family)
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(cache_dir) if cache_dir else _cache_root() / "tiny"
+    out = root / f"{family}-{arch}-{key}"
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return str(out)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
+    try:
+        _build(tmp, **{k: v for k, v in settings.items() if k != "version"})
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another process finished the same build first
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(out)
+
+
+def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermediate_size, vocab_size,
+           max_position_embeddings, seed) -> None:  # fmt: skip
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(family, vocab_size=vocab_size)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if arch == "llama":
+        config, cls = LlamaConfig(**common), LlamaForCausalLM
+    elif arch == "qwen2":
+        config, cls = Qwen2Config(**common), Qwen2ForCausalLM
+    else:
+        raise ValueError(f"arch: unknown architecture {arch!r}; valid: llama, qwen2")
+    torch.manual_seed(seed)
+    model = cls(config)
+    end_ids = [tokenizer.convert_tokens_to_ids(t) for t in _family(family)["turn_end"]]
+    model.generation_config = GenerationConfig(
+        eos_token_id=end_ids, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
+    )
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def num_parameters(path: str) -> int:
+    """Parameter count of a saved model (for tests of the size promise)."""
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())

@@ -1,0 +1,63 @@
+"""The `fic` command. It only dispatches: each subcommand lives in its own module, imported when it is used.
+
+A command module exposes `add_arguments(parser)` and `run(args) -> int` (or other names given in `COMMANDS`).
+Input mistakes (fic's user errors) print one line and exit non-zero instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name: (module, add-arguments function, run function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "probe": ("fic.eval.probe", "add_arguments", "run", "user-turn probe: generate and judge the next user turn"),
+    "judge": ("fic.judges.command", "add_judge_arguments", "run_judge", "label generated user turns in a JSONL"),
+    "judge-agreement": (
+        "fic.judges.command", "add_agreement_arguments", "run_agreement", "Cohen's kappa between two judgement files",
+    ),
+    "lic": ("fic.eval.lic", "add_arguments", "run", "Lost-in-Conversation FULL / CONCAT / SHARDED simulation"),
+    "regret": ("fic.eval.regret", "add_arguments", "run", "hidden-intent clarification episodes and regret"),
+    "bag": ("fic.eval.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
+    "build-followups": (
+        "fic.data.followups", "add_arguments", "run", "rejection-sample genuine user follow-ups into an SFT set",
+    ),
+    "eval-checkpoints": ("fic.eval.checkpoints", "add_arguments", "run", "evaluate every checkpoint of a run"),
+    "review": ("fic.eval.review.server", "add_arguments", "run", "blind manual-review web app for judge validation"),
+}  # fmt: skip
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
+    return "usage: fic COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + "\n\n`fic COMMAND -h` for options."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, add_name, run_name, help_text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"fic {name}", description=help_text)
+    getattr(module, add_name)(parser)
+    args = parser.parse_args(rest)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fic.errors import USER_ERRORS
+
+    try:
+        return int(getattr(module, run_name)(args) or 0)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Loading models and tokenizers for every trainer and evaluation, with errors that say how to fix them.
+
+One place decides dtype, `trust_remote_code` (off unless a recipe turns it on), padding, and the PEFT config, so
+the trainers share no copy-pasted setup. A name that is neither a local directory nor cached, while the hub is
+unreachable, gives an error that names it and says how to point at a local copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from trl import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments(ModelConfig):
+    """TRL's `ModelConfig` plus the few model keys fic recipes add.
+
+    Args:
+        trust_remote_code (`bool`, defaults to `False`):
+            Allow model code from the checkpoint to run. Off unless a recipe turns it on.
+        tokenizer_name_or_path (`str` or `None`):
+            Tokenizer to load when it differs from `model_name_or_path`.
+    """
+
+    trust_remote_code: bool = field(default=False, metadata={"help": "Run model code shipped with the checkpoint."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded; the message names it and the fix."""
+
+
+def _load_error(name: str, what: str, err: Exception) -> ModelLoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    where = "the hub is switched off (HF_HUB_OFFLINE=1)" if offline else "the hub did not serve it"
+    return ModelLoadError(
+        f"could not load {what} {name!r}: it is not a local directory, not in the Hugging Face cache, and {where}. "
+        f"Fetch it where the hub is reachable (`hf download {name} --local-dir PATH`) and pass "
+        f"model_name_or_path=PATH. ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    )
+
+
+def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = False):
+    """`AutoTokenizer` with a pad token (EOS when the checkpoint has none) and left padding for generation."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise _load_error(name, "tokenizer", err) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name: str, dtype: str | None = "auto", revision: str = "main", trust_remote_code: bool = False,
+               attn_implementation: str | None = None):  # fmt: skip
+    """`AutoModelForCausalLM` under `dtype` ("auto", "bfloat16", "float16", "float32")."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "dtype": dtype or "auto"}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        return AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as err:
+        raise _load_error(name, "model", err) from None
+
+
+def load_model_and_tokenizer(args: ModelArguments):
+    """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix."""
+    if not args.model_name_or_path:
+        raise ModelLoadError("model_name_or_path: not set; pass a hub id or a local directory")
+    tokenizer = load_tokenizer(
+        args.tokenizer_name_or_path or args.model_name_or_path, args.model_revision, args.trust_remote_code
+    )
+    model = load_model(
+        args.model_name_or_path, args.dtype, args.model_revision, args.trust_remote_code, args.attn_implementation
+    )
+    return model, tokenizer
+
+
+def peft_config(args: ModelArguments):
+    """The LoRA config TRL would build from `args`, or None when `use_peft` is off."""
+    from trl import get_peft_config
+
+    return get_peft_config(args)

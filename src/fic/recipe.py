@@ -1,0 +1,229 @@
+"""Recipes: `recipes/NAME.yaml` plus `dotted.key=value` overrides -> typed config dataclasses.
+
+A recipe is flat, as in TRL's own example configs: every top-level key belongs to one of the method's dataclasses
+(its `<Method>Config`, a subclass of a TRL config, and TRL's `ModelConfig`), except `method`, `description`, and
+nested blocks such as `eval:` that parse into their own dataclass. Overrides are merged with OmegaConf. Unknown keys
+are errors that suggest the closest valid keys; values are checked against the field's type before any dataclass is
+built, so a bad value names the key, the value and the expected type instead of failing deep inside a trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESERVED_KEYS = ("method", "description")
+
+
+class RecipeError(ValueError):
+    """A recipe or an override is wrong; the message says which key, which value, and what would be valid."""
+
+
+@dataclass
+class Recipe:
+    """A loaded recipe: its name, method, the parsed dataclasses and the merged raw mapping (for logging)."""
+
+    name: str
+    method: str
+    configs: dict[type, Any]
+    raw: dict = field(default_factory=dict)
+
+    def get(self, cls: type):
+        """The parsed instance of `cls` (one of the dataclasses the recipe was parsed into)."""
+        return self.configs[cls]
+
+
+def available_recipes(recipes_dir: str | Path) -> list[str]:
+    return sorted(p.stem for p in Path(recipes_dir).glob("*.yaml"))
+
+
+def load_raw(name: str, overrides: list[str], recipes_dir: str | Path) -> dict:
+    """Read `recipes_dir/NAME.yaml` (or a path to a YAML file) and merge `key=value` overrides into a plain dict."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(name) if name.endswith((".yaml", ".yml")) else Path(recipes_dir) / f"{name}.yaml"
+    if not path.is_file():
+        names = available_recipes(recipes_dir)
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise RecipeError(f"unknown recipe {name!r}.{hint} Available recipes: {', '.join(names) or '(none)'}")
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise RecipeError(f"override {item!r} is not of the form key=value (e.g. learning_rate=1e-5)")
+    try:
+        base = OmegaConf.load(path)
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        raw = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as err:
+        raise RecipeError(f"recipe {path}: {err}") from None
+    if not isinstance(raw, dict) or "method" not in raw:
+        raise RecipeError(f"recipe {path}: missing top-level key 'method'")
+    return raw
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    """Field name -> resolved type for the init fields of dataclass `cls`."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # some library dataclasses annotate with names that are not importable at runtime
+        hints = {}
+    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls) if f.init}
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def coerce(value: Any, tp: Any) -> Any:
+    """Convert `value` to type `tp` or raise `TypeError`/`ValueError`. Unknown or complex types pass through."""
+    origin = typing.get_origin(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ValueError("None is not allowed")
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg)
+            except (TypeError, ValueError) as err:
+                errors.append(err)
+        raise ValueError("no member of the union accepts it")
+    if origin is typing.Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise ValueError(f"expected one of {list(typing.get_args(tp))}")
+    if origin in (list, tuple, set) or tp in (list, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError("expected a list")
+        args = typing.get_args(tp)
+        item = args[0] if args and args[0] is not Ellipsis else Any
+        out = [coerce(v, item) for v in value]
+        return tuple(out) if origin is tuple else out
+    if origin is dict or tp is dict:
+        if isinstance(value, str):
+            import json
+
+            value = json.loads(value)
+        if not isinstance(value, dict):
+            raise TypeError("expected a mapping")
+        return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, tp):
+            return value
+        return tp(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise TypeError("expected true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise TypeError("expected an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return int(value.strip())
+        raise TypeError("expected an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            raise TypeError("expected a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+        raise TypeError("expected a number")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise TypeError("expected a string")
+    return value
+
+
+def _build(cls: type, values: dict, prefix: str = "") -> Any:
+    fields = _fields(cls)
+    kwargs = {}
+    for key, value in values.items():
+        try:
+            kwargs[key] = coerce(value, fields[key])
+        except (TypeError, ValueError, KeyError):
+            raise RecipeError(
+                f"{prefix}{key}: invalid value {value!r} (expected {_type_name(fields[key])})"
+            ) from None
+    try:
+        return cls(**kwargs)
+    except TypeError as err:  # a required field is missing
+        raise RecipeError(f"{cls.__name__}: {err}") from None
+    except ValueError as err:  # the dataclass's own __post_init__ checks
+        raise RecipeError(f"{cls.__name__}: {err}") from None
+
+
+def _unknown(key: str, valid: list[str], where: str) -> RecipeError:
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return RecipeError(f"unknown key {key!r} {where}.{hint} (valid keys are listed by `fic recipe-keys METHOD`)")
+
+
+def parse(
+    name: str, raw: dict, flat: list[type], nested: dict[str, type] | None = None
+) -> Recipe:
+    """Split the merged mapping `raw` across the `flat` dataclasses and the `nested` blocks and build each one.
+
+    A flat key goes to every flat dataclass that has a field of that name (TRL configs and `ModelConfig` share a
+    few). A nested block `name: {...}` builds `nested[name]` from its keys.
+    """
+    nested = nested or {}
+    per_class: dict[type, dict] = {cls: {} for cls in flat}
+    valid = sorted({k for cls in flat for k in _fields(cls)} | set(nested) | set(RESERVED_KEYS))
+    for key, value in raw.items():
+        if key in RESERVED_KEYS:
+            continue
+        if key in nested:
+            continue
+        owners = [cls for cls in flat if key in _fields(cls)]
+        if not owners:
+            raise _unknown(key, valid, f"in recipe {name!r}")
+        for cls in owners:
+            per_class[cls][key] = value
+    configs = {cls: _build(cls, values) for cls, values in per_class.items()}
+    for block, cls in nested.items():
+        values = raw.get(block) or {}
+        if not isinstance(values, dict):
+            raise RecipeError(f"{block}: expected a mapping of keys, got {values!r}")
+        block_fields = sorted(_fields(cls))
+        for key in values:
+            if key not in block_fields:
+                raise _unknown(f"{block}.{key}", [f"{block}.{k}" for k in block_fields], f"in recipe {name!r}")
+        configs[cls] = _build(cls, values, prefix=f"{block}.")
+    return Recipe(name=name, method=str(raw["method"]), configs=configs, raw=raw)
+
+
+def valid_keys(flat: list[type], nested: dict[str, type] | None = None) -> list[str]:
+    """All keys a recipe of these dataclasses accepts (for `fic recipe-keys` and error messages)."""
+    keys = {k for cls in flat for k in _fields(cls)}
+    for block, cls in (nested or {}).items():
+        keys |= {f"{block}.{k}" for k in _fields(cls)}
+    return sorted(keys)

@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Launch a recipe: `accelerate launch train.py recipe=NAME [dotted.key=value ...]` (or plain `python train.py`).
+
+Loads `recipes/NAME.yaml`, merges the overrides, parses the result into the method's config dataclass (a subclass of
+a TRL config), TRL's `ModelConfig` and the `eval:` block, then hands the recipe to the method's trainer module.
+Recipe mistakes (unknown recipe, unknown key, bad value) print one clear line and exit with status 2.
+`python train.py recipe=NAME --help-keys` lists every key the recipe accepts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+from fic.recipe import RecipeError, load_raw, parse, valid_keys
+
+RECIPES_DIR = Path(os.environ.get("FIC_RECIPES_DIR", Path(__file__).resolve().parent / "recipes"))
+METHODS = {
+    "collab_sft": "fic.trainers.collab_sft",
+    "followup_rl": "fic.trainers.followup_rl",
+    "vasd": "fic.trainers.vasd",
+}
+USAGE = "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys]"
+
+
+def load(argv: list[str]):
+    """(recipe, trainer module) for command-line arguments; raises `RecipeError` on any recipe mistake."""
+    from fic.eval.config import EvalConfig
+    from fic.modeling import ModelArguments
+
+    names = [a.split("=", 1)[1] for a in argv if a.startswith("recipe=")]
+    overrides = [a for a in argv if not a.startswith("recipe=") and a != "--help-keys"]
+    if len(names) != 1 or not names[0]:
+        raise RecipeError(f"name exactly one recipe=NAME. {USAGE}")
+    raw = load_raw(names[0], overrides, RECIPES_DIR)
+    method = raw["method"]
+    if method not in METHODS:
+        raise RecipeError(f"method: unknown method {method!r}; valid methods are {', '.join(METHODS)}")
+    module = importlib.import_module(METHODS[method])
+    flat, nested = [module.CONFIG_CLASS, ModelArguments], {"eval": EvalConfig}
+    if "--help-keys" in argv:
+        print("\n".join(valid_keys(flat, nested)))
+        raise SystemExit(0)
+    # Fixed output paths: one folder per recipe unless the recipe or an override names one.
+    raw.setdefault("output_dir", str(Path("outputs") / Path(names[0]).stem))
+    return parse(names[0], raw, flat, nested), module
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fic.errors import USER_ERRORS
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        recipe, module = load(argv)
+    except RecipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        module.main(recipe)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

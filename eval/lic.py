@@ -1,0 +1,258 @@
+"""Lost-in-Conversation simulation: FULL, CONCAT and SHARDED episodes, N runs per instruction, P / A90 / U90-10.
+
+FULL gives the model the fully specified instruction in one turn; CONCAT gives all shards in one turn, as a list;
+SHARDED has a simulated user reveal one shard per turn while the model answers each turn. A sharded episode ends on
+the first correct answer attempt, or after the model's reply to the last shard. Each episode scores 1 or 0; P, A90
+and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); recovery = P_sharded / P_full.
+
+The rule-based user reveals each shard verbatim; `--user llm` rephrases it through an OpenAI-compatible chat
+endpoint, as the paper's simulator does. Episodes are generated in fixed chunks of tasks, so sampling seeds do not
+depend on what a previous, interrupted run finished: a rerun with the same `--out` skips finished chunks, redoes a
+partial one, and ends with exactly the episodes of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from fic.chat import concat_view, full_view, render, turn_end_strings
+from fic.generation import SamplingParams
+from fic.jsonl import append_rows, load_done, write_json
+from fic.metrics import lic_scores
+
+logger = logging.getLogger(__name__)
+
+MODES = ("full", "concat", "sharded")
+
+
+@dataclass
+class LiCTask:
+    """One instruction: its fully specified form, its shards, and a checker for a response."""
+
+    id: str
+    full_prompt: str
+    shards: list[str]
+    check: Callable[[str], bool]
+
+    def opening(self, mode: str) -> list[dict]:
+        if mode == "full":
+            return full_view(self.full_prompt)
+        if mode == "concat":
+            return concat_view(self.shards)
+        return full_view(self.shards[0])
+
+
+def tasks_from_synthetic(n: int, seed: int = 0, split: str = "test") -> list[LiCTask]:
+    """Tasks from `fic.data.synthetic` (the CPU task family)."""
+    from fic.data.synthetic import make_tasks
+
+    return [LiCTask(t.id, t.full_prompt, list(t.shards), t.check) for t in make_tasks(n, seed=seed, split=split)]
+
+
+def tasks_from_source(spec: str, limit: int | None = None) -> list[LiCTask]:
+    """Tasks from a dataset source: records with `meta["shards"]` as they are, GSM8K through the rule sharder.
+
+    Records without an automatic answer checker cannot be scored offline and are skipped with a count.
+    """
+    from fic.data import check_answer, load_source
+
+    records = load_source(spec, limit=limit)
+    tasks, skipped = [], 0
+    for record in records:
+        shards = record.meta.get("shards")
+        if not shards and record.verifier.get("type") == "gsm8k":
+            from fic.data.sharding import shard_math_problem
+
+            shards = shard_math_problem(record.messages[-1]["content"])
+        if not shards or check_answer(record, "") is None:  # None: the source has no automatic checker
+            skipped += 1
+            continue
+        tasks.append(LiCTask(record.id, record.messages[-1]["content"], list(shards), _checker(record)))
+    if skipped:
+        logger.warning("%s: skipped %d of %d records (no shards or no automatic checker)", spec, skipped, len(records))
+    return tasks
+
+
+def _checker(record):
+    from fic.data import check_answer
+
+    return lambda text: bool(check_answer(record, text))
+
+
+class RuleUser:
+    """Reveals shard k verbatim at turn k."""
+
+    def reveal(self, task: LiCTask, turn: int, history: list[dict]) -> str:
+        return task.shards[turn]
+
+
+class LLMUser:
+    """Rephrases shard k as a natural user message through an OpenAI-compatible chat endpoint."""
+
+    PROMPT = (
+        "You are simulating a user talking to an assistant. Reveal ONLY the following piece of information, "
+        "rephrased naturally as a short user message, without adding any other detail or answering anything:\n\n{shard}"
+    )
+
+    def __init__(self, base_url: str, model: str):
+        from fic.generation.openai_http import chat_complete
+
+        self._chat, self.base_url, self.model = chat_complete, base_url, model
+
+    def reveal(self, task: LiCTask, turn: int, history: list[dict]) -> str:
+        from fic.generation.openai_http import run_sync
+
+        messages = [{"role": "user", "content": self.PROMPT.format(shard=task.shards[turn])}]
+        return run_sync(lambda: self._chat(messages, base_url=self.base_url, model=self.model, temperature=0.0))
+
+
+def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_tokens, seed, user) -> list[dict]:
+    """Play one chunk of episodes of `mode` in lockstep (one batched generation per turn); return their rows."""
+    stop = turn_end_strings(tokenizer, "assistant")
+    params = SamplingParams(n=1, temperature=temperature, max_new_tokens=max_new_tokens, stop=stop, seed=seed)
+    rows = [
+        {"task_id": t.id, "mode": mode, "run": run, "turns": [], "correct": False, "messages": t.opening(mode)}
+        for t in tasks
+    ]
+    n_turns = 1 if mode != "sharded" else max(len(t.shards) for t in tasks)
+    active = list(range(len(tasks)))
+    for turn in range(n_turns):
+        if turn > 0:
+            active = [i for i in active if turn < len(tasks[i].shards) and not rows[i]["correct"]]
+            for i in active:
+                reveal = user.reveal(tasks[i], turn, rows[i]["messages"])
+                rows[i]["messages"].append({"role": "user", "content": reveal})
+        if not active:
+            break
+        prompts = [render(tokenizer, rows[i]["messages"], add_generation_prompt=True) for i in active]
+        params.seed = seed * 1000 + turn
+        outputs = backend.generate(prompts, params)
+        for i, out in zip(active, outputs):
+            reply = out[0].strip()
+            correct = tasks[i].check(reply)
+            rows[i]["messages"].append({"role": "assistant", "content": reply})
+            rows[i]["turns"].append({"turn": turn, "reply": reply, "correct": correct})
+            rows[i]["correct"] = rows[i]["correct"] or correct
+    for row in rows:
+        row["n_turns"] = len(row["turns"])
+    return rows
+
+
+def summarize(rows: list[dict], modes: list[str]) -> dict:
+    """P / A90 / U90-10 per mode from episode rows, and recovery = P_sharded / P_full (and P_concat / P_full)."""
+    summary: dict = {"modes": {}}
+    for mode in modes:
+        by_task: dict[str, list[float]] = {}
+        for row in rows:
+            if row["mode"] == mode:
+                by_task.setdefault(row["task_id"], []).append(1.0 if row["correct"] else 0.0)
+        summary["modes"][mode] = {**lic_scores(by_task), "episodes": sum(len(v) for v in by_task.values())}
+    p = {m: summary["modes"][m]["P"] for m in modes}
+    for mode in modes:
+        summary[f"p_{mode}"] = p[mode]
+    if p.get("full"):
+        summary["recovery"] = p.get("sharded", 0.0) / p["full"]
+        summary["concat_ratio"] = p.get("concat", 0.0) / p["full"]
+    return summary
+
+
+def run_lic(backend, tokenizer, tasks: list[LiCTask], out_dir: str | Path, modes=MODES, runs: int = 1,
+            temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, user=None, chunk_size: int = 16,
+            progress: bool = True) -> dict:  # fmt: skip
+    """Simulate every task under each mode `runs` times; write episodes.jsonl, summary.json, lic.png; return summary."""
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"modes: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    out_dir = Path(out_dir)
+    path = out_dir / "episodes.jsonl"
+    done = {(r["mode"], r["run"], r["task_id"]) for r in load_done(path)}
+    user = user or RuleUser()
+    chunks = [tasks[i : i + chunk_size] for i in range(0, len(tasks), chunk_size)]
+    jobs = [(mode, run, c, chunk) for mode in modes for run in range(runs) for c, chunk in enumerate(chunks)]
+    for mode, run, c, chunk in tqdm(jobs, desc="lic", disable=not progress, unit="chunk"):
+        keys = {(mode, run, t.id) for t in chunk}
+        if keys <= done:
+            continue
+        rows = run_episodes(backend, tokenizer, chunk, mode, run, temperature, max_new_tokens, seed + 7919 * run, user)
+        # a chunk partly written by an interrupted run is replayed whole (same seeds) and only its missing rows kept
+        append_rows(path, [r for r in rows if (mode, run, r["task_id"]) not in done])
+    rows = load_done(path)
+    summary = summarize(rows, list(modes))
+    summary.update(runs=runs, temperature=temperature, n_tasks=len(tasks))
+    write_json(out_dir / "summary.json", summary)
+    plot(summary, out_dir / "lic.png")
+    return summary
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(summary["modes"])
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    p = [summary["modes"][m]["P"] for m in modes]
+    a90 = [summary["modes"][m]["A90"] for m in modes]
+    x = range(len(modes))
+    ax.bar([i - 0.2 for i in x], p, width=0.4, label="P")
+    ax.bar([i + 0.2 for i in x], a90, width=0.4, label="A90")
+    ax.set_xticks(list(x), [m.upper() for m in modes])
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Lost in Conversation")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="local path or hub id (transformers / vllm backends)")
+    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
+    parser.add_argument("--base-url", help="OpenAI-compatible server for --backend openai")
+    parser.add_argument("--data", default="synthetic", help="`synthetic`, or NAME[:PATH] (lost_in_conversation, gsm8k)")
+    parser.add_argument("--modes", default="full,concat,sharded")
+    parser.add_argument("--runs", type=int, default=1, help="runs per instruction (N)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--limit", type=int, default=50, help="instructions")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--user", default="rule", choices=["rule", "llm"], help="user simulator")
+    parser.add_argument("--user-base-url", help="chat endpoint for --user llm")
+    parser.add_argument("--user-model", help="model name for --user llm")
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fic.generation import get_backend
+    from fic.modeling import load_tokenizer
+
+    if args.data == "synthetic":
+        tasks = tasks_from_synthetic(args.limit, seed=args.seed)
+    else:
+        tasks = tasks_from_source(args.data, limit=args.limit)
+    if not tasks:
+        raise ValueError(f"--data {args.data}: no task with shards and an automatic checker")
+    if args.backend == "openai":
+        if not args.base_url:
+            raise ValueError("--backend openai needs --base-url")
+        backend = get_backend("openai", model=args.model, base_url=args.base_url)
+    else:
+        backend = get_backend(args.backend, model=args.model)
+    tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.model)
+    user = LLMUser(args.user_base_url, args.user_model) if args.user == "llm" else RuleUser()
+    summary = run_lic(
+        backend, tokenizer, tasks, args.out, modes=args.modes.split(","), runs=args.runs,
+        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user,
+    )  # fmt: skip
+    for mode, m in summary["modes"].items():
+        print(f"{mode:>8}: P={m['P']:.3f} A90={m['A90']:.3f} U90-10={m['U90_10']:.3f} ({m['episodes']} episodes)")
+    if "recovery" in summary:
+        print(f"recovery P_sharded/P_full = {summary['recovery']:.3f}")
+    return 0

@@ -55,3 +55,180 @@ def lic_scores(scores_by_task: dict[str, list[float]]) -> dict:
         "U90_10": mean([percentile(s, 90) - percentile(s, 10) for s in tasks]),
         "n_tasks": len(tasks),
     }
+
+
+def _paired(a: list, b: list) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"the two rating lists differ in length ({len(a)} vs {len(b)}); pair them item by item first.")
+    if not a:
+        raise ValueError("agreement needs at least one rated item; both lists are empty.")
+
+
+def agreement(a: list, b: list) -> float:
+    """Raw agreement: the share of items on which the two raters give the same rating."""
+    _paired(a, b)
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
+def cohen_kappa(a: list, b: list) -> float:
+    """
+    Cohen's kappa between two raters over the same items: (p_o - p_e) / (1 - p_e), where p_o is the raw agreement
+    and p_e the agreement expected by chance from each rater's own rating frequencies. Ratings are any hashable
+    values (labels, booleans). When chance agreement is already perfect (both raters always give the same single
+    rating) kappa is undefined; this returns 1.0, since the raters then agree on every item.
+    """
+    _paired(a, b)
+    n = len(a)
+    p_o = agreement(a, b)
+    count_a: dict = {}
+    count_b: dict = {}
+    for x, y in zip(a, b):
+        count_a[x] = count_a.get(x, 0) + 1
+        count_b[y] = count_b.get(y, 0) + 1
+    p_e = sum(count_a[k] * count_b.get(k, 0) for k in count_a) / (n * n)
+    if p_e == 1.0:
+        return 1.0
+    return (p_o - p_e) / (1 - p_e)
+
+
+# --- clarification as policy: hidden-intent regret (fic regret) and Belief-Augmented Generation (fic bag) -------
+
+
+def episode_value(resolved: bool, clarification_turns: int, cost: float) -> float:
+    """Value of one hidden-intent episode: V = 1[intent resolved] - cost * clarification turns."""
+    if clarification_turns < 0:
+        raise ValueError(f"clarification_turns={clarification_turns} is negative; count the questions asked.")
+    return (1.0 if resolved else 0.0) - cost * clarification_turns
+
+
+def regret(reference_values: list[float], policy_values: list[float]) -> float:
+    """Mean over episodes of V(reference) - V(policy), paired episode by episode; 0.0 for no episodes."""
+    if len(reference_values) != len(policy_values):
+        raise ValueError(
+            f"regret needs one reference value per policy value ({len(reference_values)} vs {len(policy_values)}); "
+            "pair them episode by episode."
+        )
+    if not policy_values:
+        return 0.0
+    return sum(r - p for r, p in zip(reference_values, policy_values)) / len(policy_values)
+
+
+def is_ineffective_clarification(consistent_before: int, consistent_after: int, repeated: bool) -> bool:
+    """A clarifying question is ineffective when the set of consistent intents did not shrink after the reply,
+    or when it asked for what the user had already said (`repeated`)."""
+    return repeated or consistent_after >= consistent_before
+
+
+def ineffective_clarification_rate(questions: list[dict]) -> dict:
+    """Share of ineffective questions among `questions` ({"before", "after", "repeat"} each):
+    {"rate", "ineffective", "questions"}; rate 0.0 when no question was asked."""
+    flags = [is_ineffective_clarification(q["before"], q["after"], bool(q.get("repeat"))) for q in questions]
+    return {"rate": sum(flags) / len(flags) if flags else 0.0, "ineffective": sum(flags), "questions": len(flags)}
+
+
+def stopping_errors(decisions: list[dict]) -> dict:
+    """Stopping errors of one episode from its decisions ({"act": "ask"|"answer"|"abstain", "consistent": int},
+    the number of intents consistent when the act was chosen): `answer_early` when it answered with more than one
+    intent left, `ask_late` = number of questions chosen with exactly one intent left."""
+    answer_early = any(d["act"] == "answer" and d["consistent"] > 1 for d in decisions)
+    ask_late = sum(1 for d in decisions if d["act"] == "ask" and d["consistent"] == 1)
+    return {"answer_early": answer_early, "ask_late": ask_late}
+
+
+def stopping_error_rates(per_episode: list[dict]) -> dict:
+    """Aggregate `stopping_errors` results: share of episodes that answered early, that asked late at least once,
+    that did either (`rate`), and the total number of late questions."""
+    n = len(per_episode)
+    early = sum(1 for e in per_episode if e["answer_early"])
+    late = sum(1 for e in per_episode if e["ask_late"] > 0)
+    either = sum(1 for e in per_episode if e["answer_early"] or e["ask_late"] > 0)
+    return {
+        "rate": either / n if n else 0.0,
+        "answer_early_rate": early / n if n else 0.0,
+        "ask_late_rate": late / n if n else 0.0,
+        "ask_late_questions": sum(e["ask_late"] for e in per_episode),
+        "n": n,
+    }
+
+
+def semantic_entropy(cluster_ids: list) -> float:
+    """Discrete semantic entropy (nats) of samples grouped into meaning clusters: -sum_c p_c log p_c with p_c the
+    share of samples in cluster c. 0.0 when all samples agree (or there are none); log K for K distinct meanings."""
+    n = len(cluster_ids)
+    if n == 0:
+        return 0.0
+    counts: dict = {}
+    for c in cluster_ids:
+        counts[c] = counts.get(c, 0) + 1
+    return -sum((k / n) * math.log(k / n) for k in counts.values())
+
+
+def accuracy_with_abstentions(outcomes: list) -> dict:
+    """Accuracy over answered items, abstentions excluded and counted. `outcomes`: True (correct), False (wrong),
+    None (abstained). Returns {"accuracy", "answered", "correct", "abstained", "abstain_rate", "n"}; accuracy 0.0
+    when nothing was answered."""
+    answered = [o for o in outcomes if o is not None]
+    correct = sum(1 for o in answered if o)
+    n = len(outcomes)
+    return {
+        "accuracy": correct / len(answered) if answered else 0.0,
+        "answered": len(answered),
+        "correct": correct,
+        "abstained": n - len(answered),
+        "abstain_rate": (n - len(answered)) / n if n else 0.0,
+        "n": n,
+    }
+
+
+def routing_profile(routes: list[str], outcomes: list, ambiguous: list[bool]) -> dict:
+    """Per route (e.g. answer / clarify / abstain): its share of items, the accuracy of the final answers given on
+    that route (abstentions excluded; None when nothing on it was answered), and the share of ambiguous items on it."""
+    if not len(routes) == len(outcomes) == len(ambiguous):
+        raise ValueError(
+            f"routing_profile needs one outcome and one ambiguity flag per route ({len(routes)}, {len(outcomes)}, "
+            f"{len(ambiguous)}); pass aligned lists."
+        )
+    n = len(routes)
+    out = {}
+    for route in dict.fromkeys(routes):
+        idx = [i for i, r in enumerate(routes) if r == route]
+        answered = [outcomes[i] for i in idx if outcomes[i] is not None]
+        out[route] = {
+            "share": len(idx) / n,
+            "n": len(idx),
+            "accuracy": sum(1 for o in answered if o) / len(answered) if answered else None,
+            "ambiguous_share": sum(1 for i in idx if ambiguous[i]) / len(idx),
+        }
+    return out
+
+
+def auroc(scores: list[float], labels: list[bool]) -> float | None:
+    """Area under the ROC curve of `scores` for the positive `labels` (Mann-Whitney U; ties count one half).
+    None when one class is absent."""
+    if len(scores) != len(labels):
+        raise ValueError(f"auroc needs one label per score ({len(scores)} vs {len(labels)}).")
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return None
+    wins = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def percent_changed(base: dict, perturbed: dict) -> dict:
+    """Share of perturbed samples whose text differs from the unperturbed sample with the same key (same seed).
+
+    `base` and `perturbed` map a sample key (item, temperature, sample index) to its generated text; only keys present
+    in both count.
+    """
+    keys = [k for k in perturbed if k in base]
+    changed = sum(1 for k in keys if perturbed[k] != base[k])
+    return {"changed": changed / len(keys) if keys else 0.0, "n": len(keys)}
+
+
+def label_distribution(labels: list[str]) -> dict[str, float]:
+    """Share of each label among `labels` (judge errors included as their own label)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    return {k: v / len(labels) for k, v in sorted(counts.items())} if labels else {}

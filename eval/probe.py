@@ -1,0 +1,222 @@
+"""The user-turn probe: what does a model write when it speaks as the *user* after its own answer?
+
+For each item the model first answers in its normal chat format (greedy, recorded once in `responses.jsonl` and
+reused across temperatures), or the data's own answer is used. The context `[system?, user, assistant]` is then
+rendered with the model's template followed by the bare user header (`fic.chat.role_prefix`), and the model
+generates the next user turn until the template's end of turn. A judge labels each turn `genuine_followup` or a
+failure mode. Controls: `truncate` cuts the assistant answer in half, `question` appends "What do you think?";
+% changed is the share of turns whose text differs from the unperturbed one at the same seed.
+
+Samples are generated in fixed chunks of items, with seeds that depend only on the chunk, the item's place in it
+and the sample index (never on the perturbation or on what an earlier run finished), so a rerun resumes exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from fic.chat import render, role_prefix, turn_end_strings
+from fic.generation import SamplingParams
+from fic.jsonl import append_rows, load_done, write_json
+
+from .probe_summary import summarize
+
+logger = logging.getLogger(__name__)
+
+GENERIC_QUESTION = "What do you think?"
+PERTURBATIONS = ("none", "truncate", "question")
+
+
+def perturb(response: str, kind: str) -> str:
+    """The assistant response under a control: unchanged, cut to its first half (at a word), or with a question."""
+    if kind == "none":
+        return response
+    if kind == "truncate":
+        words = response.split(" ")
+        return " ".join(words[: max(1, len(words) // 2)])
+    if kind == "question":
+        return f"{response.rstrip()}\n\n{GENERIC_QUESTION}"
+    raise ValueError(f"perturbation: unknown {kind!r}; valid: {', '.join(PERTURBATIONS)}")
+
+
+def _data_response(record) -> str | None:
+    turns = record.meta.get("reference_turns")
+    if turns:
+        return turns[0]
+    return record.reference
+
+
+def get_responses(backend, tokenizer, dataset: str, records, out_dir: Path, source: str, max_new_tokens: int,
+                  progress: bool) -> dict[str, dict]:  # fmt: skip
+    """item_id -> {"response", "correct"}; generated greedily once (cached in responses.jsonl) or taken from data."""
+    from fic.data import check_answer
+
+    path = out_dir / "responses.jsonl"
+    cached = {r["item_id"]: r for r in load_done(path) if r["dataset"] == dataset}
+    todo = [r for r in records if r.id not in cached]
+    if todo and source == "model":
+        stop = turn_end_strings(tokenizer, "assistant")
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
+        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in todo]
+        outputs = backend.generate(prompts, params, progress=progress)
+        texts = [o[0].strip() for o in outputs]
+    else:
+        texts = [_data_response(r) for r in todo]
+    rows = [
+        {"dataset": dataset, "item_id": r.id, "response": t, "correct": check_answer(r, t) if t else None}
+        for r, t in zip(todo, texts)
+    ]
+    append_rows(path, rows)
+    cached.update({row["item_id"]: row for row in rows})
+    return cached
+
+
+def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temperatures=(0.0, 0.3, 0.7, 1.0),
+              samples: int = 1, perturbations=("none",), judge=None, limit: int | None = 20,
+              max_new_tokens: int = 64, response_tokens: int = 256, responses: str = "model", seed: int = 0,
+              chunk_size: int = 32, progress: bool = True, report: bool = True) -> dict:  # fmt: skip
+    """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
+
+    Args:
+        backend: a `fic.generation` backend serving the model under test.
+        tokenizer: the model's tokenizer (its chat template builds every prompt).
+        datasets: `NAME` or `NAME:PATH` specs (`fic.data` sources).
+        temperatures: sampling temperatures for the user turn (0 is greedy).
+        samples: user turns per item, temperature and perturbation.
+        perturbations: controls among `none`, `truncate`, `question`.
+        judge: a `fic.judges` judge (default: the offline heuristic judge).
+        responses: `model` (generate the assistant answer greedily) or `data` (the data's reference answer).
+    """
+    from fic.data import load_source, parse_spec
+    from fic.judges import Case, make_judge
+
+    for kind in perturbations:
+        perturb("x", kind)
+    if responses not in ("model", "data"):
+        raise ValueError(f"responses: expected 'model' or 'data', got {responses!r}")
+    judge = judge or make_judge("heuristic")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = out_dir / "samples.jsonl"
+    done = {_key(r) for r in load_done(samples_path)}
+    stop = turn_end_strings(tokenizer, "user")
+    accuracy, skipped = {}, {}
+    for spec in datasets:
+        name = parse_spec(spec)[0]
+        records = load_source(spec, limit=limit)
+        answers = get_responses(backend, tokenizer, name, records, out_dir, responses, response_tokens, progress)
+        items = [r for r in records if answers.get(r.id, {}).get("response")]
+        skipped[name] = len(records) - len(items)
+        verdicts = [answers[r.id]["correct"] for r in items if answers[r.id]["correct"] is not None]
+        accuracy[name] = {"accuracy": sum(verdicts) / len(verdicts) if verdicts else None, "n": len(verdicts)}
+        chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
+        jobs = [(c, t, p) for c in range(len(chunks)) for t in temperatures for p in perturbations]
+        for c, temp, pert in tqdm(jobs, desc=f"probe {name}", disable=not progress, unit="chunk"):
+            chunk = chunks[c]
+            keys = [(name, r.id, float(temp), pert, s) for r in chunk for s in range(samples)]
+            if all(k in done for k in keys):
+                continue
+            contexts = [[*r.messages, {"role": "assistant", "content": perturb(answers[r.id]["response"], pert)}]
+                        for r in chunk]  # fmt: skip
+            prompts = [role_prefix(tokenizer, ctx, "user") for ctx in contexts]
+            params = SamplingParams(n=samples, temperature=temp, max_new_tokens=max_new_tokens, stop=stop,
+                                    seed=seed + 9973 * c)  # fmt: skip
+            outputs = backend.generate(prompts, params)
+            cases = [Case(ctx, text) for ctx, outs in zip(contexts, outputs) for text in outs]
+            verdicts_ = judge.judge(cases)
+            rows, v = [], iter(verdicts_)
+            for record, ctx, outs in zip(chunk, contexts, outputs):
+                for s, text in enumerate(outs):
+                    verdict = next(v)
+                    row = {
+                        "dataset": name, "item_id": record.id, "temperature": float(temp), "perturbation": pert,
+                        "sample": s, "messages": ctx, "user_turn": text, "label": verdict.label,
+                        "genuine": verdict.genuine, "confidence": verdict.confidence,
+                        "rationale": verdict.rationale, "judge": verdict.judge,
+                        "correct": answers[record.id]["correct"],
+                    }  # fmt: skip
+                    if _key(row) not in done:
+                        rows.append(row)
+            append_rows(samples_path, rows)
+            done.update(_key(r) for r in rows)
+    rows = load_done(samples_path)
+    summary = summarize(rows, accuracy)
+    summary["settings"] = {
+        "datasets": list(datasets), "temperatures": [float(t) for t in temperatures], "samples": samples,
+        "perturbations": list(perturbations), "limit": limit, "max_new_tokens": max_new_tokens, "seed": seed,
+        "responses": responses, "judge": getattr(judge, "name", type(judge).__name__),
+    }  # fmt: skip
+    summary["skipped_items"] = skipped
+    write_json(out_dir / "summary.json", summary)
+    if report:
+        from .probe_plots import write_plots
+
+        write_plots(summary, out_dir)
+        _write_report(summary, rows, out_dir)
+    return summary
+
+
+def _key(row: dict) -> tuple:
+    return (row["dataset"], row["item_id"], float(row["temperature"]), row["perturbation"], row["sample"])
+
+
+def _write_report(summary: dict, rows: list[dict], out_dir: Path) -> None:
+    try:
+        from .report import probe_report
+    except ImportError:  # the report module is optional for the probe's own files
+        logger.warning("fic.eval.report is unavailable; report.html not written")
+        return
+    probe_report(summary, rows, out_dir / "report.html")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="local path or hub id (with --base-url: the served model's name)")
+    parser.add_argument("--tokenizer", help="tokenizer path or id, if not the model's (needed with --base-url)")
+    parser.add_argument("--base-url", help="OpenAI-compatible /v1/completions endpoint instead of a local model")
+    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    parser.add_argument("--datasets", required=True, help="comma-separated NAME[:PATH] specs, e.g. gsm8k:test.jsonl")
+    parser.add_argument("--temperatures", default="0,0.3,0.7,1.0")
+    parser.add_argument("--samples", type=int, default=1, help="user turns per item and temperature")
+    parser.add_argument("--perturbations", default="none", help="comma-separated: none,truncate,question")
+    parser.add_argument("--judge", default="heuristic", choices=["heuristic", "llm", "cascade"])
+    parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint for the llm / cascade judge")
+    parser.add_argument("--judge-model", help="judge model name at that endpoint")
+    parser.add_argument("--limit", type=int, default=20, help="items per dataset")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per user turn")
+    parser.add_argument("--response-tokens", type=int, default=256, help="tokens per assistant answer")
+    parser.add_argument("--responses", default="model", choices=["model", "data"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fic.generation import get_backend
+    from fic.judges import make_judge
+    from fic.modeling import load_tokenizer
+
+    if not args.model:
+        raise ValueError("--model is required (a local path, a hub id, or the served model's name with --base-url)")
+    if args.base_url:
+        backend = get_backend("openai", model=args.model, base_url=args.base_url)
+    else:
+        backend = get_backend(args.backend, model=args.model)
+    tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
+    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
+    summary = run_probe(
+        backend, tokenizer, [d for d in args.datasets.split(",") if d], args.out,
+        temperatures=[float(t) for t in args.temperatures.split(",")], samples=args.samples,
+        perturbations=[p for p in args.perturbations.split(",") if p], judge=judge, limit=args.limit,
+        max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
+        seed=args.seed,
+    )  # fmt: skip
+    for dataset, temps in summary["genuine_rate"].items():
+        for temp, perts in temps.items():
+            for pert, cell in perts.items():
+                print(f"{dataset:>14} {temp:>5} {pert:>9}: genuine {cell['rate']:.3f} "
+                      f"[{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']} errors={cell['judge_errors']}")  # fmt: skip
+    print(f"wrote {Path(args.out) / 'summary.json'}")
+    return 0

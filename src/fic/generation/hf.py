@@ -1,0 +1,240 @@
+"""transformers backend: a small decode loop whose `n` samples per prompt share one prefill.
+
+`model.generate(num_return_sequences=n)` copies each prompt `n` times *before* the prefill, so it pays for the
+prompt `n` times. Here a batch of prompts is left-padded and run through the model once (`use_cache=True`); the
+KV cache, attention mask and last-position logits are then repeated `n` times along the batch (the cache's own
+`reorder_cache`, which every cache layer type implements) and all `batch_size * n` rows decode together, one token
+per step. Finished rows (end-of-sequence token, a stop string, or `max_new_tokens`) are dropped from the cache so
+the remaining rows decode with less work. The prompt's compute is shared, its KV memory is not: the cache holds `n`
+copies (vLLM's paged cache shares the blocks too). Greedy decoding runs one row per prompt and copies the text.
+
+Sampling. `temperature == 0` is greedy (argmax, deterministic, equal to `model.generate(do_sample=False)`).
+Otherwise tokens are drawn from `softmax(logits / T)` restricted to the top-p nucleus by inverse-CDF sampling: each
+row draws one uniform number per step from its own CPU `torch.Generator`, seeded by `derive_seed(seed, i, j)` for
+sample `j` of prompt `i` (its index in the `prompts` list). A sample therefore does not depend on `batch_size`, on
+the other prompts in the call, or on `n` (up to the float noise that padding adds to the logits). Only the
+SamplingParams fields apply: no top-k, no repetition penalty, whatever the model's generation_config says.
+
+Text. Prompts are tokenized with `add_special_tokens=False` (the rendered template already holds BOS when it writes
+one). A continuation is decoded with special tokens kept (unless `keep_special_tokens=False`), without the end-of-
+sequence token that ended it, and cut before the first stop string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+
+import torch
+from tqdm.auto import tqdm
+
+from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+def _resolve_dtype(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"HFBackend(dtype={dtype!r}) is not a known dtype; use one of {sorted(_DTYPES)} or 'auto'.")
+    return _DTYPES[dtype]
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, (list, tuple)) else [value])
+    return {int(i) for i in ids}
+
+
+class HFBackend(Backend):
+    """
+    Generate with a transformers causal LM (CPU or GPU).
+
+    Args:
+        model_or_path: a hub id or local path, or an already loaded model (e.g. a PEFT model during training; its
+            train/eval mode is restored after each call).
+        tokenizer: the tokenizer; required with a loaded model, loaded from the path otherwise.
+        device: where to put a model loaded from a path (default: cuda when available, else cpu); a loaded model is
+            moved only when `device` is given.
+        dtype: dtype for a model loaded from a path (`"bfloat16"`, `torch.float16`, `"auto"`, ...).
+        batch_size: prompts per prefill; the decode batch holds `batch_size * n` rows.
+    """
+
+    name = "transformers"
+
+    def __init__(self, model_or_path, tokenizer=None, device=None, dtype=None, batch_size: int = 8):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"HFBackend(batch_size={batch_size!r}) must be an integer >= 1.")
+        self.batch_size = batch_size
+        if isinstance(model_or_path, (str, os.PathLike)):
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            path = str(model_or_path)
+            self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+            kwargs = {} if dtype is None else {"dtype": _resolve_dtype(dtype)}
+            self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            self.model.eval()
+        else:
+            if tokenizer is None:
+                raise ValueError("HFBackend got a loaded model but tokenizer=None; pass its tokenizer=.")
+            self.model, self.tokenizer = model_or_path, tokenizer
+            if device is not None or dtype is not None:
+                self.model.to(**{k: v for k, v in (("device", device), ("dtype", _resolve_dtype(dtype))) if v})
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        # Padding sits under a zero attention mask, so any id works; eos (or 0) when the tokenizer has no pad.
+        self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        params = inspect.signature(base.forward).parameters
+        # transformers renamed `past_key_values` to `cache` during 5.x; speak whichever this model understands.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._prefill_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    @property
+    def device(self) -> torch.device:
+        device = getattr(self.model, "device", None)
+        return torch.device(device) if device is not None else next(self.model.parameters()).device
+
+    def generate(
+        self,
+        prompts: list[str],
+        params: SamplingParams,
+        progress: bool = False,
+        keep_special_tokens: bool = True,
+    ) -> list[list[str]]:
+        prompts = check_prompts(prompts)
+        if not prompts:
+            return []
+        token_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        empty = [i for i, ids in enumerate(token_ids) if not ids]
+        if empty:
+            raise ValueError(f"generate(prompts=...): prompt {empty[0]} is empty; every prompt needs >= 1 token.")
+        # Greedy samples are all the same: decode one row per prompt and copy it n times.
+        run = dataclasses.replace(params, n=1) if params.greedy else params
+        was_training = self.model.training
+        self.model.eval()
+        results: list[list[str]] = []
+        try:
+            with torch.inference_mode(), tqdm(total=len(prompts), desc="generate", disable=not progress) as bar:
+                for start in range(0, len(prompts), self.batch_size):
+                    chunk = token_ids[start : start + self.batch_size]
+                    for samples in self._generate_chunk(chunk, start, run):
+                        texts = [self._decode(s, params.stop, keep_special_tokens) for s in samples]
+                        results.append(texts * params.n if params.greedy else texts)
+                    bar.update(len(chunk))
+        finally:
+            if was_training:
+                self.model.train()
+        return results
+
+    def _decode(self, ids: list[int], stop: list[str], keep_special_tokens: bool) -> str:
+        text = self.tokenizer.decode(
+            ids, skip_special_tokens=not keep_special_tokens, clean_up_tokenization_spaces=False
+        )
+        return cut_at_stop(text, stop)
+
+    def _forward(self, input_ids, attention_mask, position_ids, cache=None, **kw):
+        if cache is not None:
+            kw[self._cache_kw] = cache
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kw
+        )
+        new_cache = getattr(out, "cache", None)
+        if new_cache is None:
+            new_cache = getattr(out, "past_key_values", None)
+        if new_cache is None:
+            raise ValueError(f"{type(self.model).__name__} returned no KV cache; HFBackend needs use_cache support.")
+        return out.logits[:, -1, :].float(), new_cache
+
+    def _generate_chunk(self, chunk: list[list[int]], offset: int, params: SamplingParams) -> list[list[list[int]]]:
+        """Token ids of `params.n` continuations for each prompt of `chunk` (prompt `b` is prompt `offset + b`)."""
+        device, n = self.device, params.n
+        width = max(len(ids) for ids in chunk)
+        input_ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for b, ids in enumerate(chunk):
+            input_ids[b, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[b, width - len(ids) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+        # One prefill for the chunk, then every prompt's row repeated n times (cache included).
+        logits, cache = self._forward(input_ids, attention_mask, position_ids, **self._prefill_kw)
+        rows = torch.arange(len(chunk), device=device).repeat_interleave(n)
+        if n > 1:
+            cache.reorder_cache(rows)
+            logits, attention_mask = logits[rows], attention_mask[rows]
+        next_pos = position_ids[rows, -1] + 1
+
+        generators = None
+        if not params.greedy:
+            generators = [
+                torch.Generator().manual_seed(derive_seed(params.seed, offset + b, j))
+                for b in range(len(chunk))
+                for j in range(n)
+            ]
+        window = max((len(s.encode("utf-8")) for s in params.stop), default=0) + 4
+        tokens: list[list[int]] = [[] for _ in range(len(chunk) * n)]
+        active = list(range(len(chunk) * n))  # original row index of each row still in the cache
+        for step in range(params.max_new_tokens):
+            next_tok = self._pick(logits, params, None if generators is None else [generators[r] for r in active])
+            keep = []
+            for a, (row, tok) in enumerate(zip(active, next_tok.tolist())):
+                if tok in self.eos_ids:
+                    continue  # the end token is not part of the text
+                tokens[row].append(tok)
+                if params.stop and self._hits_stop(tokens[row][-window:], params.stop):
+                    continue
+                keep.append(a)
+            if not keep or step == params.max_new_tokens - 1:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=device)
+                cache.reorder_cache(idx)
+                attention_mask, next_pos, next_tok = attention_mask[idx], next_pos[idx], next_tok[idx]
+                active = [active[a] for a in keep]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(active), 1))], dim=-1)
+            logits, cache = self._forward(next_tok[:, None], attention_mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+        return [tokens[b * n : (b + 1) * n] for b in range(len(chunk))]
+
+    def _hits_stop(self, tail: list[int], stop: list[str]) -> bool:
+        # A stop string that completes now ends in the newest token and spans at most one token per byte, so the
+        # last `max_stop_bytes + 4` tokens are enough to see it; earlier ones were checked at earlier steps.
+        text = self.tokenizer.decode(tail, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return any(s in text for s in stop)
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, params: SamplingParams, generators) -> torch.Tensor:
+        if generators is None:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / params.temperature, dim=-1)
+        order = None
+        if params.top_p < 1.0:
+            probs, order = probs.sort(dim=-1, descending=True)
+            # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+            probs = probs.masked_fill(probs.cumsum(-1) - probs >= params.top_p, 0.0)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.tensor([torch.rand((), generator=g).item() for g in generators], device=logits.device)
+        # right=True picks the first index whose cdf exceeds u, so a zero-probability token is never chosen.
+        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp(max=cdf.shape[-1] - 1)
+        if order is not None:
+            picked = order.gather(-1, picked)
+        return picked.squeeze(-1)

@@ -1,0 +1,86 @@
+"""vLLM backend: the offline `vllm.LLM` engine, used the way TRL's colocate mode uses it.
+
+Prompts are tokenized here with `add_special_tokens=False` and passed as `{"prompt_token_ids": ids}` (vLLM would
+otherwise add a second BOS to a rendered template). Each prompt gets its own `vllm.SamplingParams` whose seed is
+`derive_seed(seed, i)`, so prompt `i` samples the same continuations whatever else is in the call; vLLM draws the
+`n` samples of one request from that seed and shares their prefill. `skip_special_tokens=not keep_special_tokens`
+keeps leaked role tags in the text; the stop string is excluded (`include_stop_str_in_output=False`, vLLM's default).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'fic[vllm]'"
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            f"The 'vllm' generation backend needs vLLM, which is not installed ({e}). Install it with "
+            f"`{INSTALL_HINT}` (Linux + CUDA GPU), or use backend 'transformers' or 'openai'."
+        ) from e
+    return vllm
+
+
+class VLLMBackend(Backend):
+    """
+    Generate with an in-process vLLM engine (GPU).
+
+    Args:
+        model: hub id or local path.
+        **engine_kwargs: passed to `vllm.LLM` (e.g. `gpu_memory_utilization=0.5`, `tensor_parallel_size=2`,
+            `max_model_len=4096`, `dtype="bfloat16"`).
+    """
+
+    name = "vllm"
+
+    def __init__(self, model: str, **engine_kwargs):
+        self._vllm = _import_vllm()
+        self.model = model
+        self.llm = self._vllm.LLM(model=model, **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def sampling_params(self, params: SamplingParams, index: int, keep_special_tokens: bool = True):
+        """The `vllm.SamplingParams` for prompt number `index`."""
+        return self._vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop) or None,
+            seed=derive_seed(params.seed, index) % 2**31,
+            skip_special_tokens=not keep_special_tokens,
+        )
+
+    def generate(
+        self,
+        prompts: list[str],
+        params: SamplingParams,
+        progress: bool = False,
+        keep_special_tokens: bool = True,
+    ) -> list[list[str]]:
+        prompts = check_prompts(prompts)
+        if not prompts:
+            return []
+        inputs = [{"prompt_token_ids": self.tokenizer.encode(p, add_special_tokens=False)} for p in prompts]
+        sampling = [self.sampling_params(params, i, keep_special_tokens) for i in range(len(prompts))]
+        outputs = self.llm.generate(inputs, sampling_params=sampling, use_tqdm=progress)
+        eos = self.tokenizer.eos_token if keep_special_tokens else None
+        results = []
+        for out in outputs:
+            texts = []
+            for completion in sorted(out.outputs, key=lambda c: c.index):
+                text = cut_at_stop(completion.text, params.stop)
+                # vLLM leaves the eos token out of the text; strip one if a tokenizer/version puts it in.
+                if eos and text.endswith(eos):
+                    text = text[: -len(eos)]
+                texts.append(text)
+            results.append(texts)
+        return results

@@ -1,0 +1,218 @@
+"""A small local OpenAI-compatible server for tests: `/v1/completions` and `/v1/chat/completions`.
+
+It runs on 127.0.0.1 with an ephemeral port in a background thread (stdlib `ThreadingHTTPServer`), answers with
+canned or computed replies, records every request, counts requests in flight, and injects faults on demand:
+
+    with MockOpenAIServer(completion_reply=lambda body, j: f"sample {j}") as server:
+        server.add_faults("429", "500", "timeout", "truncated", "nonjson")   # the next five requests fail, in order
+        backend = OpenAICompletionsBackend(server.url, model="m", timeout=0.5, backoff_base=0.01)
+        ...
+        server.requests        # [{"path", "body", "headers"}, ...] in arrival order
+        server.max_in_flight   # most requests handled at the same time
+
+Faults (each consumed by one request, in arrival order; a `Fault` gives full control):
+    "429"        429 with an OpenAI-style error body (`Fault(status=429, headers={"Retry-After": "0.1"})` adds one)
+    "500"/"503"  server error
+    "400"/"404"  client error (not retryable)
+    "timeout"    sleeps `timeout_sleep` seconds (longer than the client's timeout), then answers normally
+    "truncated"  announces a longer Content-Length than it sends, then closes the connection
+    "nonjson"    200 with an HTML body
+    "badjson"    200 with JSON that is cut off mid-object
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Fault:
+    """One injected failure. `status`/`body`/`headers` make the reply; `sleep` delays it; `kind` picks a special."""
+
+    status: int = 500
+    body: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    sleep: float = 0.0
+    kind: str = "status"  # "status" | "timeout" | "truncated" | "nonjson" | "badjson"
+
+
+def _fault(spec: str | Fault) -> Fault:
+    if isinstance(spec, Fault):
+        return spec
+    if spec.isdigit():
+        return Fault(status=int(spec))
+    if spec in ("timeout", "truncated", "nonjson", "badjson"):
+        return Fault(kind=spec)
+    raise ValueError(f"unknown fault {spec!r}; use an HTTP status, timeout, truncated, nonjson, badjson or a Fault")
+
+
+def default_completion_reply(body: dict, j: int) -> str:
+    """`<last 12 chars of the prompt>|<sample index>`: distinct per prompt and per sample."""
+    return f"{body.get('prompt', '')[-12:]}|{j}"
+
+
+def default_chat_reply(body: dict) -> str:
+    return "ok"
+
+
+class MockOpenAIServer:
+    """
+    Args:
+        completion_reply: `(request_body, sample_index) -> text` or a fixed string, for `/v1/completions`.
+        chat_reply: `request_body -> text` or a fixed string, for `/v1/chat/completions`.
+        latency: seconds every request sleeps before answering (makes concurrency observable).
+        timeout_sleep: how long a "timeout" fault sleeps.
+        honour_stop: cut completion texts at the request's `stop` strings, as real servers do.
+    """
+
+    def __init__(
+        self,
+        completion_reply: str | Callable[[dict, int], str] = default_completion_reply,
+        chat_reply: str | Callable[[dict], str] = default_chat_reply,
+        latency: float = 0.0,
+        timeout_sleep: float = 2.0,
+        honour_stop: bool = True,
+    ):
+        self.completion_reply, self.chat_reply = completion_reply, chat_reply
+        self.latency, self.timeout_sleep, self.honour_stop = latency, timeout_sleep, honour_stop
+        self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The API root, `http://127.0.0.1:PORT/v1` (what clients take as `base_url`)."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def add_faults(self, *faults: str | Fault) -> None:
+        with self._lock:
+            self._faults.extend(_fault(f) for f in faults)
+
+    def pending_faults(self) -> int:
+        with self._lock:
+            return len(self._faults)
+
+    def start(self) -> MockOpenAIServer:
+        server = self
+
+        class Handler(_Handler):
+            mock = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False  # sleeping "timeout" handlers must not hold up stop()
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._httpd = None
+
+    def __enter__(self) -> MockOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _take_fault(self) -> Fault | None:
+        with self._lock:
+            return self._faults.pop(0) if self._faults else None
+
+    def _reply(self, path: str, body: dict) -> tuple[int, dict]:
+        if path.endswith("/chat/completions"):
+            text = self.chat_reply if isinstance(self.chat_reply, str) else self.chat_reply(body)
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            return 200, {"id": "chatcmpl-mock", "object": "chat.completion", "model": body.get("model"),
+                         "choices": [choice]}  # fmt: skip
+        if path.endswith("/completions"):
+            if not isinstance(body.get("prompt"), (str, list)):
+                return 400, {"error": {"message": "'prompt' is required", "type": "invalid_request_error"}}
+            choices = []
+            for j in range(int(body.get("n", 1))):
+                text = (
+                    self.completion_reply if isinstance(self.completion_reply, str) else self.completion_reply(body, j)
+                )
+                stop = body.get("stop") or []
+                if self.honour_stop:
+                    for s in [stop] if isinstance(stop, str) else stop:
+                        text = text.split(s, 1)[0]
+                choices.append({"index": j, "text": text, "finish_reason": "stop"})
+            return 200, {
+                "id": "cmpl-mock",
+                "object": "text_completion",
+                "model": body.get("model"),
+                "choices": choices,
+            }
+        return 404, {"error": {"message": f"no route {path}", "type": "not_found"}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    mock: MockOpenAIServer
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    def _send(self, status: int, payload: bytes, content_type: str = "application/json", headers=None, length=None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload) if length is None else length))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+    def do_POST(self) -> None:
+        mock = self.mock
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        with mock._lock:
+            mock.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+            mock.in_flight += 1
+            mock.max_in_flight = max(mock.max_in_flight, mock.in_flight)
+        try:
+            fault = mock._take_fault()
+            time.sleep(mock.latency + (fault.sleep if fault else 0.0))
+            if fault is not None and fault.kind == "timeout":
+                time.sleep(mock.timeout_sleep)
+            elif fault is not None and fault.kind == "truncated":
+                status, reply = mock._reply(self.path, body)
+                data = json.dumps(reply).encode()
+                self._send(200, data[: len(data) // 2], length=len(data))
+                self.close_connection = True
+                return
+            elif fault is not None and fault.kind == "nonjson":
+                self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+                return
+            elif fault is not None and fault.kind == "badjson":
+                self._send(200, b'{"choices": [{"index": 0, "text": "cut')
+                return
+            elif fault is not None:
+                message = fault.body or json.dumps(
+                    {"error": {"message": f"injected {fault.status}", "code": fault.status}}
+                )
+                self._send(fault.status, message.encode(), headers=fault.headers)
+                return
+            status, reply = mock._reply(self.path, body)
+            self._send(status, json.dumps(reply).encode())
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test); nothing to answer
+            pass
+        finally:
+            with mock._lock:
+                mock.in_flight -= 1

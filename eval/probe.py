@@ -78,7 +78,8 @@ def get_responses(backend, tokenizer, dataset: str, records, out_dir: Path, sour
 def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temperatures=(0.0, 0.3, 0.7, 1.0),
               samples: int = 1, perturbations=("none",), judge=None, limit: int | None = 20,
               max_new_tokens: int = 64, response_tokens: int = 256, responses: str = "model", seed: int = 0,
-              chunk_size: int = 32, progress: bool = True, report: bool = True) -> dict:  # fmt: skip
+              chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
+              report: bool = True) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
 
     Args:
@@ -90,6 +91,8 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         perturbations: controls among `none`, `truncate`, `question`.
         judge: a `fic.judges` judge (default: the offline heuristic judge).
         responses: `model` (generate the assistant answer greedily) or `data` (the data's reference answer).
+        max_context: the model's context length (default: read from the model config); items whose prompt plus
+            `max_new_tokens` would not fit are skipped and counted in `summary["skipped_items"]`.
     """
     from fic.data import load_source, parse_spec
     from fic.judges import Case, make_judge
@@ -104,13 +107,20 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     samples_path = out_dir / "samples.jsonl"
     done = {_key(r) for r in load_done(samples_path)}
     stop = turn_end_strings(tokenizer, "user")
+    context_limit = max_context or _context_limit(backend)
+    context_limit = context_limit - max_new_tokens if context_limit else None
     accuracy, skipped = {}, {}
     for spec in datasets:
         name = parse_spec(spec)[0]
         records = load_source(spec, limit=limit)
         answers = get_responses(backend, tokenizer, name, records, out_dir, responses, response_tokens, progress)
         items = [r for r in records if answers.get(r.id, {}).get("response")]
-        skipped[name] = len(records) - len(items)
+        fitting = [r for r in items if _fits(tokenizer, r.messages, answers[r.id]["response"], context_limit)]
+        skipped[name] = {"no_response": len(records) - len(items), "too_long": len(items) - len(fitting)}
+        if len(fitting) < len(items):
+            logger.warning("%s: skipped %d items whose probe prompt does not fit the model's context (%d tokens)",
+                           name, len(items) - len(fitting), context_limit)  # fmt: skip
+        items = fitting
         verdicts = [answers[r.id]["correct"] for r in items if answers[r.id]["correct"] is not None]
         accuracy[name] = {"accuracy": sum(verdicts) / len(verdicts) if verdicts else None, "n": len(verdicts)}
         chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
@@ -158,6 +168,19 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         write_plots(summary, out_dir)
         _write_report(summary, rows, out_dir)
     return summary
+
+
+def _context_limit(backend) -> int | None:
+    config = getattr(getattr(backend, "model", None), "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> bool:
+    """Whether the longest probe prompt of an item (the `question` control) fits `limit` tokens."""
+    if limit is None:
+        return True
+    context = [*messages, {"role": "assistant", "content": perturb(response, "question")}]
+    return len(tokenizer(role_prefix(tokenizer, context, "user"), add_special_tokens=False).input_ids) <= limit
 
 
 def _key(row: dict) -> tuple:

@@ -147,3 +147,12 @@ def test_fic_probe_cli_on_a_tiny_model(gsm8k, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["n_samples"] == 2 * 2 * 2
     assert set(summary["percent_changed"]) == {"truncate"}
+
+
+def test_too_long_contexts_are_skipped_and_counted(gsm8k, tmp_path):
+    from fic.testing import build_tokenizer
+
+    summary = probe.run_probe(RecordingBackend(), build_tokenizer("chatml"), [gsm8k], tmp_path, temperatures=[0.0],
+                              limit=3, judge=EveryOtherJudge(), max_context=60, progress=False, report=False)  # fmt: skip
+    assert summary["skipped_items"]["gsm8k"] == {"no_response": 0, "too_long": 3}
+    assert summary["n_samples"] == 0

@@ -91,3 +91,15 @@ def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) ->
     os.replace(tmp, path)
     logger.info("wrote %s", path)
     return path
+
+
+def default_callbacks(run: Run) -> list:
+    """Callbacks every fic trainer installs: SIGTERM preemption, and checkpoint evaluation when `eval.enabled`."""
+    from .preemption import PreemptionCallback
+
+    callbacks = [PreemptionCallback()]
+    if run.eval is not None and run.eval.enabled:
+        from .callbacks import EvalCallback
+
+        callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer, recipe=run.recipe))
+    return callbacks

@@ -1,0 +1,71 @@
+"""Follow-up judges: label a generated user turn as a genuine follow-up or one failure mode.
+
+`HeuristicJudge` (offline: rules + sentence embeddings) is the default; `LLMJudge` asks any OpenAI-compatible chat
+endpoint for strict JSON; `CascadeJudge` lets the heuristic decide what it is sure of and escalates the rest.
+The heavy pieces (the sentence encoder, the HTTP client) load on first use, so importing this package is cheap.
+"""
+
+from .base import Case, Judge, Verdict
+from .labels import FAILURE_LABELS, GENUINE_FOLLOWUP, JUDGE_ERROR, LABELS, is_genuine
+
+__all__ = [
+    "Case",
+    "Judge",
+    "Verdict",
+    "LABELS",
+    "FAILURE_LABELS",
+    "GENUINE_FOLLOWUP",
+    "JUDGE_ERROR",
+    "is_genuine",
+    "HeuristicJudge",
+    "HeuristicJudgeConfig",
+    "LLMJudge",
+    "CascadeJudge",
+    "JudgementCache",
+    "judgement_agreement",
+    "make_judge",
+]
+
+_LAZY = {
+    "HeuristicJudge": ".heuristic",
+    "HeuristicJudgeConfig": ".heuristic",
+    "LLMJudge": ".llm",
+    "CascadeJudge": ".cascade",
+    "JudgementCache": ".cache",
+    "judgement_agreement": ".agreement",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_judge(
+    kind: str = "heuristic",
+    base_url: str | None = None,
+    model: str | None = None,
+    threshold: float = 0.85,
+    **llm_kw,
+) -> Judge:
+    """Build a judge by name: `heuristic`, `llm` or `cascade` (the last two need `base_url` and `model`)."""
+    if kind not in ("heuristic", "llm", "cascade"):
+        raise ValueError(f"judge kind={kind!r} is unknown; valid kinds are ['heuristic', 'llm', 'cascade'].")
+    if kind == "heuristic":
+        from .heuristic import HeuristicJudge
+
+        return HeuristicJudge()
+    if not base_url or not model:
+        raise ValueError(f"judge kind={kind!r} needs base_url= and model= (an OpenAI-compatible chat endpoint).")
+    from .llm import LLMJudge
+
+    llm = LLMJudge(base_url, model, **llm_kw)
+    if kind == "llm":
+        return llm
+    from .cascade import CascadeJudge
+    from .heuristic import HeuristicJudge
+
+    return CascadeJudge(HeuristicJudge(), llm, threshold=threshold)

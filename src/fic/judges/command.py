@@ -1,0 +1,215 @@
+"""The `fic judge` and `fic judge-agreement` commands.
+
+    fic judge IN.jsonl --judge heuristic|llm|cascade [--base-url URL --model NAME] -o OUT.jsonl
+    fic judge-agreement A.jsonl B.jsonl
+
+`fic judge` reads lines `{"messages": [... ending with the assistant turn ...], "user_turn": "...", ...}`, keeps
+every field, and adds `label`, `genuine`, `confidence`, `rationale` and `judge`. A malformed line stops the run
+with its line number, or is skipped and counted with `--skip-bad`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .base import Case
+from .labels import JUDGE_ERROR, LABELS
+
+logger = logging.getLogger(__name__)
+
+JUDGE_CHOICES = ("heuristic", "llm", "cascade")
+OUTPUT_FIELDS = ("label", "genuine", "confidence", "rationale", "judge")
+
+
+class JudgeInputError(ValueError):
+    """A judgement input line that cannot be read; the message names the file, the line and the fix."""
+
+
+def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "input", type=Path, help="JSONL with `messages` (ending with the assistant turn) and `user_turn`."
+    )
+    parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the judged JSONL.")
+    parser.add_argument(
+        "--judge", choices=JUDGE_CHOICES, default="heuristic", help="which judge (default: heuristic)."
+    )
+    parser.add_argument(
+        "--base-url", help="OpenAI-compatible API root for llm/cascade, e.g. http://localhost:8000/v1."
+    )
+    parser.add_argument("--model", help="judge model name for llm/cascade.")
+    parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8).")
+    parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply (default 2).")
+    parser.add_argument("--cache", type=Path, help="JSONL cache of LLM verdicts (by content hash); off by default.")
+    parser.add_argument(
+        "--threshold", type=float, default=0.85, help="cascade: heuristic confidence from which its verdict stands."
+    )
+    parser.add_argument("--batch-size", type=int, default=256, help="cases judged per batch (default 256).")
+    parser.add_argument(
+        "--skip-bad", action="store_true", help="skip malformed input lines (counted) instead of failing."
+    )
+    parser.add_argument("--details", action="store_true", help="also write the judge's scores as `judge_details`.")
+
+
+def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", type=Path, help="first judgement JSONL (output of `fic judge` or human labels).")
+    parser.add_argument("b", type=Path, help="second judgement JSONL.")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON.")
+
+
+def read_cases(path: Path, skip_bad: bool = False) -> tuple[list[dict], list[Case], int]:
+    """Read judgement input; returns (rows, cases, skipped). Raises JudgeInputError naming the line unless skip_bad."""
+    if not path.is_file():
+        raise JudgeInputError(f"input={str(path)!r} does not exist or is not a file.")
+    rows, cases, skipped = [], [], 0
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                try:
+                    row = json.loads(line)
+                except ValueError as err:
+                    raise ValueError(f"not valid JSON ({err})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+                if "messages" not in row or "user_turn" not in row:
+                    missing = [k for k in ("messages", "user_turn") if k not in row]
+                    raise ValueError(f"missing field(s) {missing}; each line needs `messages` and `user_turn`")
+                case = Case(messages=row["messages"], user_turn=row["user_turn"])
+            except ValueError as err:
+                if skip_bad:
+                    skipped += 1
+                    logger.warning("%s line %d skipped: %s", path, lineno, err)
+                    continue
+                raise JudgeInputError(
+                    f"{path} line {lineno}: {err} (or pass --skip-bad to skip such lines)."
+                ) from None
+            rows.append(row)
+            cases.append(case)
+    return rows, cases, skipped
+
+
+def build_judge(args: argparse.Namespace):
+    """The judge `args` ask for; raises ValueError naming the missing option."""
+    from . import make_judge
+
+    if args.judge != "heuristic":
+        missing = [opt for opt, value in (("--base-url", args.base_url), ("--model", args.model)) if not value]
+        if missing:
+            raise ValueError(
+                f"--judge {args.judge} needs {' and '.join(missing)} (an OpenAI-compatible chat endpoint)."
+            )
+    return make_judge(
+        args.judge,
+        base_url=args.base_url,
+        model=args.model,
+        threshold=args.threshold,
+        concurrency=args.concurrency,
+        max_reasks=args.max_reasks,
+        cache=args.cache,
+    )
+
+
+def run_judge(args: argparse.Namespace) -> int:
+    try:
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size={args.batch_size} must be >= 1.")
+        if args.output.resolve() == args.input.resolve():
+            raise ValueError(f"-o {args.output} would overwrite the input; write the judgements to another file.")
+        judge = build_judge(args)
+        rows, cases, skipped = read_cases(args.input, args.skip_bad)
+    except ValueError as err:
+        print(f"fic judge: error: {err}", file=sys.stderr)
+        return 2
+    if any(field in row for row in rows[:1] for field in OUTPUT_FIELDS):
+        logger.warning("Input rows already have judgement fields %s; they will be overwritten.", OUTPUT_FIELDS)
+
+    streams = "progress" in inspect.signature(judge.judge).parameters
+    counts: Counter = Counter()
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with args.output.open("w", encoding="utf-8") as out, tqdm(total=len(cases), desc=f"judge ({judge.name})") as bar:
+        for start in range(0, len(cases), args.batch_size):
+            batch = cases[start : start + args.batch_size]
+            if streams:  # the LLM judge reports each finished case itself
+                verdicts = judge.judge(batch, progress=bar.update)
+            else:
+                verdicts = judge.judge(batch)
+                bar.update(len(batch))
+            for row, verdict in zip(rows[start : start + args.batch_size], verdicts):
+                record = {**row, **{k: getattr(verdict, k) for k in OUTPUT_FIELDS}}
+                if args.details:
+                    record["judge_details"] = verdict.extra
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                counts[verdict.label] += 1
+
+    judged = sum(counts.values())
+    decided = judged - counts[JUDGE_ERROR]
+    genuine = counts["genuine_followup"]
+    print(
+        f"judged {judged} case(s) with {judge.name} -> {args.output}"
+        + (f" ({skipped} bad line(s) skipped)" if skipped else "")
+    )
+    for label in LABELS:
+        print(f"  {label:24s} {counts[label]:6d}")
+    print(f"  {JUDGE_ERROR:24s} {counts[JUDGE_ERROR]:6d}  (excluded from rates)")
+    if decided:
+        print(f"genuine follow-up rate: {genuine / decided:.3f} ({genuine}/{decided} decided)")
+    return 0
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} does not exist or is not a file.")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise ValueError(f"{path} line {lineno}: not valid JSON ({err}).") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}.")
+            rows.append(row)
+    return rows
+
+
+def run_agreement(args: argparse.Namespace) -> int:
+    from .agreement import judgement_agreement
+
+    try:
+        result = judgement_agreement(_read_rows(args.a), _read_rows(args.b), names=(str(args.a), str(args.b)))
+    except ValueError as err:
+        print(f"fic judge-agreement: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+
+    def fmt(x):
+        return "n/a" if x is None else f"{x:.3f}"
+
+    print(
+        f"paired by {result['key']}: {result['matched']} matched ({result['unmatched_a']} only in A, {result['unmatched_b']} only in B)"
+    )
+    print(
+        f"judge_error rows: {result['judge_errors_a']} in A, {result['judge_errors_b']} in B; "
+        f"{result['excluded']} matched pair(s) excluded; {result['n']} compared"
+    )
+    print(f"binary (genuine): kappa {fmt(result['binary']['kappa'])}  agreement {fmt(result['binary']['agreement'])}")
+    print(f"label:            kappa {fmt(result['label']['kappa'])}  agreement {fmt(result['label']['agreement'])}")
+    return 0
+
+
+# (add_arguments, run) pairs for the `fic` dispatcher.
+JUDGE = (add_judge_arguments, run_judge)
+JUDGE_AGREEMENT = (add_agreement_arguments, run_agreement)

@@ -24,6 +24,7 @@ demo: venv
 	$(BIN)/python train.py recipe=fic_tiny
 
 test: venv
+	bash scripts/install_browser.sh
 	$(BIN)/python -m pytest -q -m "not gpu" --durations=15
 
 test-fast: venv

@@ -1,8 +1,18 @@
-"""The `eval:` block of a recipe: which evaluations run on each saved checkpoint, on what, and how."""
+"""The `eval:` block of a recipe: which evaluations run on each saved checkpoint, on what, and how.
+
+The same dataclass drives the training callback (`fic.trainers.callbacks.EvalCallback`) and `fic eval-checkpoints`,
+so a checkpoint evaluated during training and one evaluated later on another node get the same files and metrics.
+Secrets never go in here: the LLM judge reads its key from the environment (`FIC_JUDGE_API_KEY`/`OPENAI_API_KEY`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+EVALUATIONS = ("probe", "lic", "regret")
+JUDGES = ("heuristic", "llm", "cascade")
+BACKENDS = ("transformers", "vllm")
+LOAD_FROM = ("auto", "memory", "disk")
 
 
 @dataclass
@@ -10,18 +20,69 @@ class EvalConfig:
     """Evaluation settings shared by the checkpoint callback and `fic eval-checkpoints`.
 
     Args:
-        enabled (`bool`, defaults to `False`): evaluate every saved checkpoint during training.
-        evaluations (`list[str]`): which evaluations to run: `probe`, `lic`, `regret`.
-        datasets (`list[str]`): held-out sets for the probe, as `NAME` or `NAME:PATH`.
-        temperatures (`list[float]`): sampling temperatures for the probe.
-        samples (`int`): user turns sampled per item and temperature.
-        limit (`int`): items per dataset.
-        max_new_tokens (`int`): generation budget per user turn.
-        judge (`str`): `heuristic`, `llm` or `cascade`.
-        judge_base_url (`str` or `None`): OpenAI-compatible endpoint for the LLM judge.
-        judge_model (`str` or `None`): model name at that endpoint.
-        backend (`str`): generation backend for evaluation: `transformers` or `vllm`.
-        seed (`int`): sampling seed.
+        enabled (`bool`, defaults to `False`):
+            Evaluate every saved checkpoint during training (the tiny recipes turn it on).
+        evaluations (`list[str]`, defaults to `["probe"]`):
+            Which evaluations to run: `probe` (user-turn probe), `lic` (Lost in Conversation), `regret` (hidden
+            intent clarification).
+        datasets (`list[str]`):
+            Held-out sets for the probe, as `NAME` or `NAME:PATH` (e.g. `healthbench:../data/oss_eval.jsonl`).
+        temperatures (`list[float]`, defaults to `[0.0, 0.3, 0.7, 1.0]`):
+            Sampling temperatures for the probe's user turn.
+        samples (`int`, defaults to `1`):
+            User turns sampled per item and temperature.
+        limit (`int`, defaults to `20`):
+            Items per probe dataset.
+        max_new_tokens (`int`, defaults to `64`):
+            Generation budget per user turn.
+        judge (`str`, defaults to `"heuristic"`):
+            `heuristic` (offline), `llm` or `cascade` (both need `judge_base_url` and `judge_model`).
+        judge_base_url (`str` or `None`):
+            OpenAI-compatible chat endpoint for the LLM judge.
+        judge_model (`str` or `None`):
+            Model name at that endpoint.
+        backend (`str`, defaults to `"transformers"`):
+            Generation backend: `transformers`, or `vllm` (only for `fic eval-checkpoints`, which loads each
+            checkpoint from disk; the training callback evaluates the in-memory model with transformers).
+        seed (`int`, defaults to `0`):
+            Sampling seed.
+        perturbations (`list[str]`, defaults to `["none"]`):
+            Probe controls among `none`, `truncate`, `question`.
+        responses (`str`, defaults to `"model"`):
+            Probe assistant answers: `model` (the checkpoint answers greedily) or `data` (the data's reference).
+        response_tokens (`int`, defaults to `128`):
+            Generation budget per assistant answer in the probe.
+        lic_data (`str`, defaults to `"synthetic"`):
+            LiC tasks: `synthetic` (CPU task family) or a `NAME[:PATH]` source with shards.
+        lic_limit (`int`, defaults to `20`):
+            LiC instructions.
+        lic_runs (`int`, defaults to `1`):
+            LiC runs per instruction and mode (N).
+        lic_modes (`list[str]`, defaults to `["full", "concat", "sharded"]`):
+            LiC modes.
+        lic_max_new_tokens (`int`, defaults to `64`):
+            Generation budget per LiC assistant turn.
+        lic_temperature (`float`, defaults to `0.0`):
+            Sampling temperature of the LiC assistant turns (use `> 0` with `lic_runs > 1`, or all runs are equal).
+        regret_scenario (`str`, defaults to `"products"`):
+            Hidden-intent scenario for `regret`: `products` or `ambigqa` (read from the shared data folder unless
+            `regret_data` names a file).
+        regret_data (`str` or `None`):
+            Data file for the regret scenario.
+        regret_policy (`str`, defaults to `"model"`):
+            The policy under test (`model`, `bag`, or a rule policy as a sanity baseline).
+        regret_episodes (`int`, defaults to `10`):
+            Regret episodes (each played under every user profile).
+        every_n_saves (`int`, defaults to `1`):
+            Evaluate every n-th save (1: every checkpoint).
+        load_from (`str`, defaults to `"auto"`):
+            What the callback evaluates: `memory` (the model being trained, adapters active), `disk` (the checkpoint
+            just written, reloaded on the main process), or `auto` (`disk` under FSDP / DeepSpeed ZeRO-3, whose
+            parameters are sharded across processes, `memory` otherwise).
+        batch_size (`int`, defaults to `8`):
+            Prompts per generation batch.
+        log_samples (`int`, defaults to `32`):
+            Generated user turns logged to wandb as a table per checkpoint (0: none).
     """
 
     enabled: bool = False
@@ -36,11 +97,66 @@ class EvalConfig:
     judge_model: str | None = None
     backend: str = "transformers"
     seed: int = 0
+    perturbations: list[str] = field(default_factory=lambda: ["none"])
+    responses: str = "model"
+    response_tokens: int = 128
+    lic_data: str = "synthetic"
+    lic_limit: int = 20
+    lic_runs: int = 1
+    lic_modes: list[str] = field(default_factory=lambda: ["full", "concat", "sharded"])
+    lic_max_new_tokens: int = 64
+    lic_temperature: float = 0.0
+    regret_scenario: str = "products"
+    regret_data: str | None = None
+    regret_policy: str = "model"
+    regret_episodes: int = 10
+    every_n_saves: int = 1
+    load_from: str = "auto"
+    batch_size: int = 8
+    log_samples: int = 32
 
     def __post_init__(self):
-        valid = {"probe", "lic", "regret"}
-        unknown = [e for e in self.evaluations if e not in valid]
+        self.evaluations = list(self.evaluations)
+        unknown = [e for e in self.evaluations if e not in EVALUATIONS]
         if unknown:
-            raise ValueError(f"eval.evaluations: unknown {unknown}; valid: {sorted(valid)}")
-        if self.judge not in ("heuristic", "llm", "cascade"):
-            raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: heuristic, llm, cascade")
+            raise ValueError(f"eval.evaluations: unknown {unknown}; valid: {list(EVALUATIONS)}")
+        if not self.evaluations:
+            raise ValueError("eval.evaluations: empty; name at least one of probe, lic, regret (or set enabled=false)")
+        if self.judge not in JUDGES:
+            raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: {', '.join(JUDGES)}")
+        if self.judge != "heuristic" and not (self.judge_base_url and self.judge_model):
+            raise ValueError(
+                f"eval.judge={self.judge!r} needs eval.judge_base_url and eval.judge_model (an OpenAI-compatible chat "
+                "endpoint); or use eval.judge=heuristic"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"eval.backend: unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
+        if self.load_from not in LOAD_FROM:
+            raise ValueError(f"eval.load_from: unknown {self.load_from!r}; valid: {', '.join(LOAD_FROM)}")
+        if self.responses not in ("model", "data"):
+            raise ValueError(f"eval.responses: {self.responses!r}; valid: model, data")
+        for name in ("samples", "limit", "max_new_tokens", "response_tokens", "lic_limit", "lic_runs",
+                     "lic_max_new_tokens", "regret_episodes", "every_n_saves", "batch_size"):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"eval.{name}: {value!r}; pass an integer >= 1")
+        if self.log_samples < 0:
+            raise ValueError(f"eval.log_samples: {self.log_samples!r}; pass 0 (no table) or a positive number")
+        self.temperatures = [float(t) for t in self.temperatures]
+        bad = [t for t in self.temperatures if t < 0]
+        if bad:
+            raise ValueError(f"eval.temperatures: {bad} are negative; use 0 for greedy decoding")
+        if "probe" in self.evaluations and self.enabled and not self.datasets:
+            raise ValueError(
+                "eval.datasets: empty, but eval.evaluations includes probe; name held-out sets, e.g. "
+                "eval.datasets=[healthbench:PATH] (or drop probe from eval.evaluations)"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> EvalConfig:
+        """Build from a saved mapping, ignoring keys this version does not know (files outlive code)."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in values.items() if k in known})

@@ -6,7 +6,8 @@ from fic.metrics import label_distribution, percent_changed, rate_with_interval
 
 
 def _t(temperature: float) -> str:
-    return f"t{float(temperature):g}"
+    """`t0.0`, `t0.3`, `t1.0`: the temperature as in the metric names (`genuine_rate@t1.0`)."""
+    return f"t{float(temperature)!r}"
 
 
 def summarize(rows: list[dict], accuracy: dict[str, dict] | None = None) -> dict:

@@ -79,15 +79,15 @@ def test_summary_by_hand():
         row("c", 0.0, "question", 0, "z2", False), row("d", 0.0, "question", 0, "w", False),
     ]  # fmt: skip
     s = summarize(rows)
-    none = s["genuine_rate"]["d"]["t0"]["none"]
+    none = s["genuine_rate"]["d"]["t0.0"]["none"]
     assert none["rate"] == pytest.approx(2 / 3) and none["n"] == 3 and none["judge_errors"] == 1
-    assert s["genuine_rate"]["d"]["t0"]["question"]["rate"] == pytest.approx(2 / 4)
+    assert s["genuine_rate"]["d"]["t0.0"]["question"]["rate"] == pytest.approx(2 / 4)
     # b and c changed text under the question control, a and d did not
     assert s["percent_changed"]["question"]["overall"] == {"changed": 0.5, "n": 4}
     assert s["labels"]["judge_error"] == pytest.approx(1 / 8)
     assert s["judge_errors"] == 1
     assert s["genuine_by_correct"]["correct"]["rate"] == 1.0  # item a, both rows genuine
-    assert flat_metrics(s) == {"probe/d/genuine_rate@t0": pytest.approx(2 / 3)}
+    assert flat_metrics(s) == {"probe/d/genuine_rate@t0.0": pytest.approx(2 / 3)}
 
 
 def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):
@@ -104,10 +104,10 @@ def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):
                 "genuine", "correct"} <= set(r)  # fmt: skip
         assert r["messages"][-1]["role"] == "assistant"
     for dataset in ("gsm8k", "mt_bench"):
-        for temp in ("t0", "t1"):
+        for temp in ("t0.0", "t1.0"):
             cell = summary["genuine_rate"][dataset][temp]["none"]
             mine = [r["genuine"] for r in rows if r["dataset"] == dataset and r["perturbation"] == "none"
-                    and f"t{r['temperature']:g}" == temp]  # fmt: skip
+                    and f"t{r['temperature']!r}" == temp]  # fmt: skip
             assert cell["rate"] == pytest.approx(sum(mine) / len(mine))
     assert json.loads((tmp_path / "summary.json").read_text())["n_samples"] == len(rows)
     for name in ("rate_vs_temperature.png", "labels.png", "accuracy_vs_followup.png", "responses.jsonl"):

@@ -16,10 +16,9 @@ from typing import Any
 
 from fic.modeling import ModelArguments, load_model_and_tokenizer, peft_config
 from fic.recipe import Recipe
+from fic.tracking import SECRET_MARKERS, configure_wandb, public_config  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
-
-SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password")
 
 
 @dataclass
@@ -37,28 +36,7 @@ class Run:
 
 def configure_tracking(args) -> None:
     """wandb through `report_to`; offline mode when no API key is set, so runs never block on a login."""
-    report_to = args.report_to if isinstance(args.report_to, list) else [args.report_to]
-    if "wandb" in report_to or "all" in report_to:
-        has_key = bool(os.environ.get("WANDB_API_KEY")) or Path.home().joinpath(".netrc").exists()
-        if not has_key and "WANDB_MODE" not in os.environ:
-            os.environ["WANDB_MODE"] = "offline"
-            logger.info("no WANDB_API_KEY: wandb runs offline; sync later with `wandb sync %s/wandb`", args.output_dir)
-        os.environ.setdefault("WANDB_PROJECT", "fic")
-        os.environ.setdefault("WANDB_DIR", str(args.output_dir))
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-
-
-def public_config(raw: dict) -> dict:
-    """The recipe mapping with every secret-looking value removed (for logging and wandb config)."""
-    out = {}
-    for key, value in raw.items():
-        if isinstance(value, dict):
-            out[key] = public_config(value)
-        elif any(marker in key.lower() for marker in SECRET_MARKERS) and value:
-            out[key] = "<redacted>"
-        else:
-            out[key] = value
-    return out
+    configure_wandb(args.output_dir, args.report_to)
 
 
 def prepare(recipe: Recipe, config_class: type) -> Run:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install Debian's headless-capable Chromium for the `browser` tests (fic review end to end).
+# Does nothing when /usr/bin/chromium is already there. Needs root (or sudo) and apt-get.
+set -euo pipefail
+
+CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
+if [ -x "$CHROMIUM" ]; then
+    echo "chromium present: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install_browser.sh: apt-get not found; install Chromium by hand and set CHROMIUM=/path/to/chromium" >&2
+    exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo"
+    else
+        echo "install_browser.sh: not root and no sudo; run as root: apt-get install chromium" >&2
+        exit 1
+    fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends chromium fonts-dejavu-core
+"$CHROMIUM" --version

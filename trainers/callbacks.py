@@ -1,0 +1,205 @@
+"""Trainer callbacks every fic method adds: the recipe in the wandb config, and an evaluation of each checkpoint.
+
+`EvalCallback` runs on every save (or every n-th, `eval.every_n_saves`). On the main process it evaluates the model
+just saved, as configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval.config`),
+writes the evaluation files into `checkpoint-N/eval/`, appends the metrics to `OUTPUT_DIR/eval/history.jsonl`,
+rewrites the run's comparison table, plots and `OUTPUT_DIR/eval/report.html`, and logs the metrics
+(`probe/<dataset>/genuine_rate@t<T>`, `lic/P@sharded`, ...) and a table of generated user turns to wandb at the
+checkpoint's step. The other processes wait at a barrier meanwhile, so under multi-process training the evaluation
+runs once; a long evaluation must fit in the process group's timeout (`ddp_timeout`, 30 minutes by default).
+
+What is evaluated is the model being trained, with its LoRA adapters active (`load_from: memory`), except where
+its parameters are sharded across processes (FSDP, DeepSpeed ZeRO-3): there the main process reloads the
+checkpoint it just wrote (`load_from: disk`; with ZeRO-3 save 16-bit weights, `stage3_gather_16bit_weights_on_model_save`).
+The training callback generates with transformers; vLLM evaluation runs outside training, in `fic eval-checkpoints`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from fic.eval.config import EvalConfig
+from fic.jsonl import write_json
+from fic.tracking import redact, update_wandb_config, wandb_run
+
+logger = logging.getLogger(__name__)
+
+
+def wait_for_everyone() -> None:
+    """Barrier across training processes (a no-op in a single process)."""
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
+
+
+def parameters_sharded() -> bool:
+    """Whether the model's parameters are split across processes (FSDP or DeepSpeed ZeRO-3)."""
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType
+
+    kind = PartialState().distributed_type
+    if kind == DistributedType.FSDP:
+        return True
+    if kind == DistributedType.DEEPSPEED:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        return is_deepspeed_zero3_enabled()
+    return False
+
+
+class RecipeConfigCallback(TrainerCallback):
+    """Adds the recipe (secrets redacted) to the wandb run's config under `recipe`, next to the Trainer's args."""
+
+    def __init__(self, recipe_raw: dict, recipe_name: str | None = None):
+        self.values = {"recipe": redact(recipe_raw), **({"recipe_name": recipe_name} if recipe_name else {})}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # The Trainer's WandbCallback runs first (report integrations precede user callbacks) and starts the run.
+        if state.is_world_process_zero:
+            update_wandb_config(self.values)
+
+
+def _tokenizer_of(processing_class):
+    return getattr(processing_class, "tokenizer", None) or processing_class
+
+
+def sample_table_rows(samples: list[dict], limit: int, step: int) -> list[list]:
+    """Up to `limit` probe rows, spread over (dataset, temperature, control) cells, as wandb table rows."""
+    from fic.eval.report import _spread
+
+    picked = _spread(samples, limit, lambda r: (r["dataset"], float(r["temperature"]), r.get("perturbation", "none")))
+    rows = []
+    for r in picked:
+        context = r.get("messages") or []
+        last = context[-1].get("content", "") if context and isinstance(context[-1], dict) else ""
+        rows.append([step, r["dataset"], float(r["temperature"]), r.get("perturbation", "none"), r.get("item_id"),
+                     str(last)[-1000:], r.get("user_turn", ""), r.get("label"), r.get("genuine")])  # fmt: skip
+    return rows
+
+
+SAMPLE_COLUMNS = ["step", "dataset", "temperature", "control", "item_id", "assistant_turn", "user_turn", "label",
+                  "genuine"]  # fmt: skip
+
+
+class EvalCallback(TrainerCallback):
+    """Evaluate each saved checkpoint (see the module docstring).
+
+    Args:
+        config: the recipe's `eval:` block.
+        tokenizer: the model's tokenizer (default: the Trainer's `processing_class`).
+        recipe: the `fic.recipe.Recipe` being trained; when given, its mapping (secrets redacted) goes into the
+            wandb config, as `RecipeConfigCallback` does.
+    """
+
+    def __init__(self, config: EvalConfig, tokenizer=None, recipe=None):
+        if config.backend != "transformers":
+            from fic.recipe import RecipeError
+
+            raise RecipeError(
+                f"eval.backend={config.backend!r}: the training callback evaluates the model in memory with "
+                "transformers. Use eval.backend=transformers, or set eval.enabled=false and run "
+                f"`fic eval-checkpoints OUTPUT_DIR --backend {config.backend}` on the saved checkpoints."
+            )
+        if "probe" in config.evaluations and not config.datasets:
+            from fic.recipe import RecipeError
+
+            raise RecipeError("eval.datasets: empty, but eval.evaluations includes probe; name held-out sets, e.g. "
+                              "eval.datasets=[healthbench:PATH]")  # fmt: skip
+        self.config = config
+        self.tokenizer = tokenizer
+        self.recipe_config = RecipeConfigCallback(recipe.raw, recipe.name) if recipe is not None else None
+        self.saves = 0
+        self.records: list[dict] = []  # what this process evaluated (main process only)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.save_strategy == "no":
+            logger.warning("eval.enabled is true but save_strategy is 'no': no checkpoint will be evaluated")
+        if self.recipe_config is not None:
+            self.recipe_config.on_train_begin(args, state, control)
+        if state.is_world_process_zero:
+            # `fic eval-checkpoints` reads this, so later evaluations of the run use the same settings.
+            write_json(Path(args.output_dir) / "eval" / "config.json", redact(self.config.to_dict()))
+
+    def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.saves += 1
+        if self.saves % self.config.every_n_saves:
+            return
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        try:
+            if state.is_world_process_zero:
+                self.evaluate(checkpoint, state.global_step, model, processing_class, args.output_dir)
+        finally:
+            wait_for_everyone()
+
+    def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir) -> dict:
+        from accelerate.utils import extract_model_from_parallel
+
+        from fic.eval.checkpoints import (
+            EVAL_DIR,
+            CheckpointLock,
+            evaluate,
+            make_backend,
+            record_history,
+            write_comparison,
+        )
+        from fic.generation import get_backend
+
+        load_from = self.config.load_from
+        if load_from == "auto":
+            load_from = "disk" if parameters_sharded() else "memory"
+        if load_from == "memory" and model is None:
+            raise ValueError("EvalCallback: the Trainer passed no model to on_save; set eval.load_from=disk")
+        lock = CheckpointLock(checkpoint)
+        if not lock.acquire():  # `fic eval-checkpoints` on another node got there first
+            logger.warning("%s is being evaluated by %s; the callback skips it", checkpoint.name, lock.owner())
+            return {}
+        logger.info("evaluating %s (%s, %s)", checkpoint.name, ", ".join(self.config.evaluations), load_from)
+        try:
+            if load_from == "memory":
+                tokenizer = self.tokenizer or _tokenizer_of(processing_class)
+                if tokenizer is None:
+                    raise ValueError(
+                        "EvalCallback: no tokenizer; pass tokenizer= or give the Trainer a processing_class"
+                    )
+                model = extract_model_from_parallel(model)
+                backend = get_backend("transformers", model, tokenizer=tokenizer, batch_size=self.config.batch_size)
+            else:
+                backend, tokenizer, _ = make_backend(checkpoint, "transformers", self.config.batch_size)
+            record = evaluate(backend, tokenizer, self.config, checkpoint / EVAL_DIR, model_path=checkpoint, step=step)
+            del backend
+        finally:
+            lock.release()
+        record_history(output_dir, record)
+        write_comparison(output_dir, redact(self.config.to_dict()))
+        self.records.append(record)
+        self._log_wandb(record, checkpoint, step)
+        shown = ", ".join(f"{k}={v:.3f}" for k, v in list(record["metrics"].items())[:6])
+        logger.info("%s evaluated in %.1f s: %s", checkpoint.name, record["elapsed_s"], shown)
+        return record
+
+    def _log_wandb(self, record: dict, checkpoint: Path, step: int) -> None:
+        run = wandb_run()
+        if run is None:
+            return
+        import wandb
+
+        logs = {**record["metrics"], "train/global_step": step}
+        samples_path = checkpoint / "eval" / "probe" / "samples.jsonl"
+        if self.config.log_samples and samples_path.is_file():
+            from fic.jsonl import load_done
+
+            rows = sample_table_rows(load_done(samples_path), self.config.log_samples, step)
+            logs["probe/samples"] = wandb.Table(columns=SAMPLE_COLUMNS, data=rows)
+        run.log(logs)
+
+
+def fic_callbacks(run) -> list[TrainerCallback]:
+    """The callbacks a fic trainer adds for `run` (a `fic.trainers.common.Run`): the recipe config for wandb, and
+    the checkpoint evaluation when the recipe's `eval.enabled` is true."""
+    callbacks: list[TrainerCallback] = [RecipeConfigCallback(run.recipe.raw, run.recipe.name)]
+    if run.eval is not None and run.eval.enabled:
+        callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer))
+    return callbacks

@@ -1,0 +1,361 @@
+"""Belief-Augmented Generation (BAG): let the model see its own uncertainty before it decides to answer, ask or abstain.
+
+1. Belief: K answers sampled at temperature 1 from the plain conversation; they are grouped into meaning clusters
+   (offline: normalised string / token-F1 equivalence, or a caller's key such as "which intent it names") and their
+   semantic entropy is recorded.
+2. Strategy: a prompt lists the K samples (variant `bag`; `prompt_only` omits them) and asks for one line
+   `STRATEGY: DIRECT_ANSWER | CLARIFICATION_QUESTION | ABSTAIN`, then the answer or the question. The line is parsed
+   leniently (case, spaces, underscores, partial words); without one, a reply ending in '?' is a question and
+   anything else an answer.
+3. Act: the answer is given (or, when the text is empty, the largest cluster's first sample); the question is put
+   to a simulated user; abstaining ends the item. After the user's reply, `bag` and `prompt_only` answer greedily,
+   `bag_plus` resamples K answers and answers when at least `agree` (0.7) of them agree, else abstains.
+
+`fic bag` runs this on AmbigQA: every item gets a hidden intent (one of its disambiguations, or the question itself
+when unambiguous), correctness is against that intent's answers, abstentions are excluded from accuracy and counted.
+Metrics: accuracy, routing profile (share of answer / clarify / abstain with accuracy and share of ambiguous items
+within each), faithfulness (semantic entropy per route, and the AUROC of entropy for not answering directly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fic.eval.clarify_text import cluster_by_meaning, matches_any_answer
+
+from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("DIRECT_ANSWER", "CLARIFICATION_QUESTION", "ABSTAIN")
+VARIANTS = ("bag", "prompt_only", "bag_plus")
+ROUTES = {"DIRECT_ANSWER": "answer", "CLARIFICATION_QUESTION": "clarify", "ABSTAIN": "abstain"}
+_STRATEGY_LINE = re.compile(
+    r"strategy\W{0,4}(direct\W?_?\W?answer|answer\w*|clarif\w*(?:\W?_?\W?question)?|question|ask\w*|abstain\w*|refus\w*)",
+    re.IGNORECASE,
+)
+_BARE = re.compile(r"\b(DIRECT_ANSWER|CLARIFICATION_QUESTION|ABSTAIN)\b")
+INSTRUCTIONS = (
+    "Decide how to respond to the user's last message. Start your reply with exactly one line:\n"
+    "STRATEGY: DIRECT_ANSWER | CLARIFICATION_QUESTION | ABSTAIN\n"
+    "then, on the next line, your answer (DIRECT_ANSWER) or one short clarifying question "
+    "(CLARIFICATION_QUESTION). Ask when the request can reasonably mean different things; abstain when you cannot "
+    "answer reliably."
+)
+
+
+def _canonical(word: str) -> str:
+    w = word.lower()
+    if w.startswith(("clarif", "question", "ask")):
+        return "CLARIFICATION_QUESTION"
+    if w.startswith(("abstain", "refus")):
+        return "ABSTAIN"
+    return "DIRECT_ANSWER"
+
+
+def parse_strategy(text: str) -> tuple[str, str]:
+    """(strategy, content) from a model reply. A `STRATEGY:` line (any case, spaces/underscores/dashes, partial
+    words like 'clarify') wins; else a bare DIRECT_ANSWER / CLARIFICATION_QUESTION / ABSTAIN token; else a reply
+    ending in '?' is a clarification and anything else a direct answer. `content` is the reply without the
+    strategy marker."""
+    match = _STRATEGY_LINE.search(text) or _BARE.search(text)
+    if match:
+        strategy = _canonical(match.group(1))
+        before = re.sub(r"[\s*_#>]+$", "", text[: match.start()]).strip()
+        after = re.sub(r"^[\s:|\-*_.>]+", "", text[match.end() :]).strip()
+        return strategy, f"{before} {after}".strip()
+    stripped = text.strip()
+    return ("CLARIFICATION_QUESTION" if stripped.endswith("?") else "DIRECT_ANSWER"), stripped
+
+
+def cluster_samples(samples: list[str], key: Callable[[str], object] | None = None) -> list[int]:
+    """Meaning clusters of `samples` (ids 0, 1, ... by first appearance). With `key`, samples with the same
+    non-None key share a cluster (e.g. the intent they name); the rest cluster by `same_meaning`."""
+    keys = [key(s) if key is not None else None for s in samples]
+    unkeyed = [s for s, k in zip(samples, keys) if k is None]
+    meaning = iter(cluster_by_meaning(unkeyed))
+    labels = [("key", k) if k is not None else ("meaning", next(meaning)) for k in keys]
+    ids: dict = {}
+    return [ids.setdefault(label, len(ids)) for label in labels]
+
+
+def top_cluster(cluster_ids: list[int]) -> tuple[int, float]:
+    """The largest cluster (earliest on ties) and its share of the samples."""
+    if not cluster_ids:
+        return -1, 0.0
+    counts = Counter(cluster_ids)
+    best = max(counts, key=lambda c: (counts[c], -c))
+    return best, counts[best] / len(cluster_ids)
+
+
+def strategy_messages(messages: list[dict], samples: list[str] | None) -> list[dict]:
+    """The strategy prompt: the conversation as a transcript, the samples when given, the instructions."""
+    system = [m for m in messages if m["role"] == "system"]
+    turns = [m for m in messages if m["role"] != "system"]
+    transcript = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in turns)
+    parts = [f"Conversation so far:\n{transcript}"]
+    if samples is not None:
+        listed = "\n".join(f"{i + 1}. {s or '(empty)'}" for i, s in enumerate(samples))
+        parts.append(f"Before deciding, you drafted {len(samples)} answers independently:\n{listed}")
+    parts.append(INSTRUCTIONS)
+    return [*system, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+@dataclass
+class BagStep:
+    strategy: str
+    text: str
+    samples: list[str]
+    cluster_ids: list[int]
+    entropy: float
+    raw: str
+
+
+@dataclass
+class BagPlus:
+    answer: str | None
+    share: float
+    samples: list[str]
+    cluster_ids: list[int]
+
+
+def sample_belief(model, messages: list[dict], k: int, seed: int, key=None, max_new_tokens: int = 48):
+    samples = model.chat([messages], n=k, temperature=1.0, seed=seed, max_new_tokens=max_new_tokens)[0]
+    ids = cluster_samples(samples, key)
+    return samples, ids
+
+
+def bag_step(
+    model,
+    messages: list[dict],
+    k: int = 5,
+    seed: int = 0,
+    show_samples: bool = True,
+    key=None,
+    max_new_tokens: int = 48,
+) -> BagStep:
+    """Belief (K samples at T=1), strategy prompt (with or without them), parsed decision."""
+    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens)
+    raw = model.chat(
+        [strategy_messages(messages, samples if show_samples else None)], seed=seed, max_new_tokens=max_new_tokens + 16
+    )[0][0]
+    strategy, text = parse_strategy(raw)
+    if strategy == "DIRECT_ANSWER" and not text:
+        best, _ = top_cluster(ids)
+        text = samples[ids.index(best)] if best >= 0 else ""
+    return BagStep(strategy, text, samples, ids, semantic_entropy(ids), raw)
+
+
+def bag_plus_answer(
+    model, messages: list[dict], k: int = 5, seed: int = 0, agree: float = 0.7, key=None, max_new_tokens: int = 48
+) -> BagPlus:
+    """BAG+: resample K answers; answer with the largest cluster when it holds >= `agree` of them, else abstain."""
+    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens)
+    best, share = top_cluster(ids)
+    answer = samples[ids.index(best)] if best >= 0 and share >= agree - 1e-9 else None
+    return BagPlus(answer, share, samples, ids)
+
+
+# --- fic bag: AmbigQA ------------------------------------------------------------------------------------------
+
+
+def item_episode(item: dict, rng: random.Random):
+    """The hidden-intent episode for an AmbigQA item: its disambiguations (target drawn by `rng`), or, when it is
+    unambiguous, a single intent (the question itself; clarifying questions then get "I don't know")."""
+    from fic.eval.regret_ambigqa import AmbigQAScenario
+    from fic.eval.regret_scenarios import Episode, Intent
+
+    if item["ambiguous"]:
+        episode = AmbigQAScenario().make_episode(item, rng)
+        if episode is not None:
+            return episode
+    answers = [a for intent in item["intents"] for a in intent["answers"]]
+    intent = Intent(
+        id=f"{item['id']}#0",
+        label=answers[0] if answers else "",
+        attributes={"question": item["question"], "answers": answers, "span": "", "distinctive": ()},
+    )
+    return Episode(
+        id=f"ambigqa-{item['id']}",
+        scenario="ambigqa",
+        request=item["question"],
+        intents=[intent],
+        target=0,
+        meta={"item_id": item["id"]},
+    )
+
+
+def run_item(
+    model,
+    item: dict,
+    variant: str,
+    k: int,
+    seed: int,
+    profile: str = "cooperative",
+    agree: float = 0.7,
+    max_new_tokens: int = 48,
+) -> dict:
+    """One AmbigQA item through BAG (`variant`: bag, prompt_only, bag_plus); returns its record."""
+    from fic.eval.regret_ambigqa import AmbigQAScenario
+    from fic.eval.regret_user import SimulatedUser
+
+    scenario = AmbigQAScenario()
+    rng = random.Random(f"bag|{seed}|{item['id']}")
+    episode = item_episode(item, rng)
+    gold = episode.intents[episode.target].attributes["answers"]
+    messages = [
+        {"role": "system", "content": scenario.system_prompt(episode)},
+        {"role": "user", "content": item["question"]},
+    ]
+    step = bag_step(
+        model, messages, k=k, seed=seed, show_samples=variant != "prompt_only", max_new_tokens=max_new_tokens
+    )
+    route = ROUTES[step.strategy]
+    clarification, final = None, None
+    if route == "answer":
+        final = step.text
+    elif route == "clarify":
+        question = step.text or "Could you tell me more about what you mean?"
+        user = SimulatedUser(scenario, episode, profile, rng)
+        reply = user.respond(question)
+        clarification = {"question": question, "reply": reply}
+        messages = [*messages, {"role": "assistant", "content": question}, {"role": "user", "content": reply}]
+        if variant == "bag_plus":
+            plus = bag_plus_answer(model, messages, k=k, seed=seed + 1, agree=agree, max_new_tokens=max_new_tokens)
+            final = plus.answer
+            clarification.update({"samples": plus.samples, "agreement": plus.share})
+        else:
+            final = model.chat([messages], seed=seed, max_new_tokens=max_new_tokens)[0][0]
+    correct = None if final is None else matches_any_answer(final, gold)
+    any_gold = [a for intent in item["intents"] for a in intent["answers"]]
+    return {
+        "key": str(item["id"]),
+        "id": str(item["id"]),
+        "question": item["question"],
+        "ambiguous": item["ambiguous"],
+        "variant": variant,
+        "target": episode.target,
+        "gold": gold,
+        "samples": step.samples,
+        "cluster_ids": step.cluster_ids,
+        "semantic_entropy": step.entropy,
+        "strategy": step.strategy,
+        "raw": step.raw,
+        "route": route,
+        "clarification": clarification,
+        "final_answer": final,
+        "abstained": final is None,
+        "correct": correct,
+        "correct_any": None if final is None else matches_any_answer(final, any_gold),
+    }
+
+
+def summarize_bag(records: list[dict], header: dict) -> dict:
+    outcomes = [r["correct"] for r in records]
+    routes = [r["route"] for r in records]
+    entropies = [r["semantic_entropy"] for r in records]
+    by_route = {}
+    for route in dict.fromkeys(routes):
+        values = [e for e, r in zip(entropies, routes) if r == route]
+        by_route[route] = sum(values) / len(values)
+    return {
+        **header,
+        **accuracy_with_abstentions(outcomes),
+        "routing": routing_profile(routes, outcomes, [r["ambiguous"] for r in records]),
+        "faithfulness": {
+            "semantic_entropy_by_route": by_route,
+            "auroc_entropy_not_direct": auroc(entropies, [r != "answer" for r in routes]),
+            "semantic_entropy_mean": sum(entropies) / len(entropies) if entropies else 0.0,
+        },
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default=None, help="AmbigQA dev_light.json (default: the shared data folder)")
+    parser.add_argument("--model", required=True, help="checkpoint path or hub id")
+    parser.add_argument("--backend", default="transformers", help="fic.generation backend")
+    parser.add_argument("--base-url", default=None, help="--backend openai: the server's /v1 URL")
+    parser.add_argument("--variant", default="bag", choices=VARIANTS, help="bag, prompt_only or bag_plus")
+    parser.add_argument("--k", type=int, default=5, help="samples forming the belief state")
+    parser.add_argument("--agree", type=float, default=0.7, help="bag_plus: answer when this share agrees")
+    parser.add_argument("--items", type=int, default=100, help="number of AmbigQA items (seeded sample)")
+    parser.add_argument("--profile", default="cooperative", help="simulated user profile answering clarifications")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+
+
+def run(args) -> int:
+    from fic.eval.clarify_io import append_record, check_config, read_done, write_json
+    from fic.eval.regret_ambigqa import load_ambigqa
+    from fic.eval.regret_scenarios import resolve_data_path
+    from fic.eval.regret_user import check_profile
+    from tqdm.auto import tqdm
+
+    from fic.errors import USER_ERRORS
+
+    try:
+        if args.k < 1 or not 0 < args.agree <= 1 or args.items < 1:
+            raise ValueError(
+                f"--k={args.k} --agree={args.agree} --items={args.items}: need k >= 1, 0 < agree <= 1 and items >= 1."
+            )
+        check_profile(args.profile)
+        data_path = resolve_data_path("ambigqa", args.data)
+        items = sorted(load_ambigqa(data_path), key=lambda it: it["id"])
+        random.Random(f"bag-items/{args.seed}").shuffle(items)
+        items = items[: args.items]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        config = {
+            k: getattr(args, k)
+            for k in ("data", "model", "variant", "k", "agree", "profile", "seed", "max_new_tokens")
+        }
+        from fic.eval.clarify_model import load_chat_model
+
+        model = load_chat_model(args.model, args.backend, args.base_url)
+        check_config(out, config)  # last: a setup error must not pin the folder to bad settings
+    except (ValueError, *USER_ERRORS) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    path = out / "items.jsonl"
+    done = read_done(path)
+    todo = [(i, it) for i, it in enumerate(items) if str(it["id"]) not in done]
+    for i, item in tqdm(todo, desc=f"bag {args.variant}", disable=None):
+        rec = run_item(
+            model, item, args.variant, args.k, args.seed * 100_003 + i, args.profile, args.agree, args.max_new_tokens
+        )
+        append_record(path, rec)
+        done[rec["key"]] = rec
+    records = [done[str(it["id"])] for it in items]
+    header = {"variant": args.variant, "k": args.k, "seed": args.seed, "model": args.model, "data": str(data_path)}
+    summary = summarize_bag(records, header)
+    write_json(out / "summary.json", summary)
+    logger.info(
+        "bag/%s: accuracy %.3f over %d answered, %d abstained; routes %s -> %s",
+        args.variant,
+        summary["accuracy"],
+        summary["answered"],
+        summary["abstained"],
+        {r: round(v["share"], 3) for r, v in summary["routing"].items()},
+        out / "summary.json",
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fic bag", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

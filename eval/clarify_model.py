@@ -1,0 +1,68 @@
+"""A chat model for the clarification evaluations: messages in, replies out, through `fic.generation`.
+
+Conversations are rendered with the model's own chat template (`fic.chat.render(..., add_generation_prompt=True)`)
+and generation stops at the template's turn-end strings, so one call returns exactly one assistant turn.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+class ChatModel:
+    """
+    Wrap a generation backend and a tokenizer.
+
+    Args:
+        model: a local path, hub id or `tiny:FAMILY` (loaded by the backend), used for the tokenizer too.
+        backend: `fic.generation` backend name (`transformers`, `vllm`, `openai`).
+        max_new_tokens: default cap per reply.
+        **backend_kwargs: passed to `fic.generation.get_backend`.
+    """
+
+    def __init__(self, model: str, backend: str = "transformers", max_new_tokens: int = 64, **backend_kwargs):
+        from fic.chat import turn_end_strings
+        from fic.generation import get_backend
+        from fic.modeling import load_tokenizer, resolve_model_name
+
+        self.name = resolve_model_name(str(model))  # also accepts tiny:FAMILY
+        tokenizer = None
+        if backend == "transformers":  # a clear ModelLoadError for a wrong path, before the weights are read
+            tokenizer = backend_kwargs.pop("tokenizer", None) or load_tokenizer(self.name)
+            backend_kwargs["tokenizer"] = tokenizer
+        self.backend = get_backend(backend, model=self.name, **backend_kwargs)
+        self.tokenizer = tokenizer or getattr(self.backend, "tokenizer", None) or load_tokenizer(self.name)
+        self.stop = turn_end_strings(self.tokenizer, role="assistant")
+        self.max_new_tokens = max_new_tokens
+
+    def chat(
+        self,
+        conversations: list[list[dict]],
+        n: int = 1,
+        temperature: float = 0.0,
+        seed: int = 0,
+        max_new_tokens: int | None = None,
+    ) -> list[list[str]]:
+        """`n` assistant replies (stripped) for each conversation."""
+        from fic.chat import render
+        from fic.generation import SamplingParams
+
+        prompts = [render(self.tokenizer, conv, add_generation_prompt=True) for conv in conversations]
+        params = SamplingParams(
+            n=n,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            stop=self.stop,
+            seed=seed,
+        )
+        outs = self.backend.generate(prompts, params, keep_special_tokens=False)
+        return [[text.strip() for text in texts] for texts in outs]
+
+
+@functools.lru_cache(maxsize=4)
+def load_chat_model(model: str, backend: str = "transformers", base_url: str | None = None) -> ChatModel:
+    """A `ChatModel`, loaded once per process for each (model, backend, base_url)."""
+    return ChatModel(model, backend=backend, **({"base_url": base_url} if base_url else {}))

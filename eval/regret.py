@@ -1,0 +1,298 @@
+"""`fic regret`: hidden-intent clarification episodes, scored against a reference clarification policy.
+
+Each episode (an under-specified request, its possible intents, the hidden one) is played under each user behaviour
+profile twice: once by the reference policy (greedy expected information gain, stops when the value of information
+is below the per-turn cost) and once by the policy under test, with identically seeded simulated users. The value of
+an episode is V = 1[intent resolved] - cost x clarification turns and the regret is V(reference) - V(policy).
+The reference plans with the profile's reply model (how such users answer, never what they want), so under its own
+model it never does worse in expectation than answering at once; on few episodes a baseline can still beat it.
+
+Output: OUT/episodes.jsonl (one line per episode x profile, resumable after a crash), OUT/config.json (the settings;
+a rerun must match them), OUT/summary.json (metrics overall and per profile; `regret` at the top level).
+
+    fic regret --scenario products --policy always_answer --episodes 50 --seed 0 --out runs/regret
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import sys
+from pathlib import Path
+
+from fic.eval.clarify_io import append_record, check_config, read_done, write_json
+from fic.eval.regret_episode import run_episode
+from fic.eval.regret_policies import POLICIES, ReferencePolicy, get_policy
+from fic.eval.regret_scenarios import SCENARIOS, get_scenario, resolve_data_path
+from fic.eval.regret_tracker import LLMTracker, RuleTracker
+from fic.eval.regret_user import PROFILES, LLMUser, SimulatedUser, check_profile
+
+from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", required=True, choices=SCENARIOS, help="products or ambigqa")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="data file (default: the shared data folder, via FIC_SHARED_DATA or ../shared/data)",
+    )
+    parser.add_argument("--policy", required=True, choices=POLICIES, help="the policy under test")
+    parser.add_argument("--model", default=None, help="checkpoint path or hub id for --policy model/bag")
+    parser.add_argument("--backend", default="transformers", help="fic.generation backend for --model")
+    parser.add_argument("--base-url", default=None, help="--backend openai: the server's /v1 URL")
+    parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all (default)")
+    parser.add_argument("--episodes", type=int, default=50, help="number of episodes (each run under every profile)")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    parser.add_argument("--cost", type=float, default=0.1, help="per-turn cost c in V = 1[resolved] - c x turns")
+    parser.add_argument("--max-turns", type=int, default=6, help="clarification turns before an episode ends")
+    parser.add_argument("--max-intents", type=int, default=10, help="products: candidates per episode")
+    parser.add_argument("--user", default="rules", choices=("rules", "llm"), help="simulated user")
+    parser.add_argument("--user-model", default=None, help="model for --user/--tracker llm (default: --model)")
+    parser.add_argument(
+        "--tracker",
+        default="rules",
+        choices=("rules", "llm"),
+        help="state tracker for the tested policy (the reference always uses the rules)",
+    )
+    parser.add_argument(
+        "--embedder",
+        default="minilm",
+        choices=("minilm", "none"),
+        help="embedding fallback of the rule-based user for questions its rules cannot place",
+    )
+    parser.add_argument("--k", type=int, default=5, help="bag: samples forming the belief state")
+    parser.add_argument("--agree", type=float, default=0.7, help="bag: BAG+ answers when this share agrees")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="model/bag: tokens per generated reply")
+
+
+def _config(args) -> dict:
+    keys = (
+        "scenario",
+        "data",
+        "policy",
+        "model",
+        "profile",
+        "seed",
+        "cost",
+        "max_turns",
+        "max_intents",
+        "user",
+        "user_model",
+        "tracker",
+        "embedder",
+        "k",
+        "agree",
+        "max_new_tokens",
+    )
+    return {k: getattr(args, k) for k in keys}
+
+
+def _check_args(args) -> list[str]:
+    if args.episodes < 1:
+        raise ValueError(f"--episodes={args.episodes}; pass a positive number of episodes.")
+    if args.cost < 0:
+        raise ValueError(f"--cost={args.cost} is negative; pass a per-turn cost >= 0.")
+    if args.max_turns < 1:
+        raise ValueError(f"--max-turns={args.max_turns}; pass at least 1.")
+    if args.k < 1 or not 0 < args.agree <= 1 or args.max_new_tokens < 1:
+        raise ValueError(
+            f"--k={args.k} / --agree={args.agree} / --max-new-tokens={args.max_new_tokens}: need "
+            "k >= 1, 0 < agree <= 1 and max-new-tokens >= 1."
+        )
+    if args.policy in ("model", "bag") and not args.model:
+        raise ValueError(f"--policy {args.policy} needs --model PATH (a local checkpoint or hub id).")
+    if (args.user == "llm" or args.tracker == "llm") and not (args.user_model or args.model):
+        raise ValueError("--user llm / --tracker llm need a model: pass --user-model PATH (or --model PATH).")
+    return list(PROFILES) if args.profile == "all" else [check_profile(args.profile)]
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def summarize_group(records: list[dict]) -> dict:
+    """The regret metrics over `records` (episode records carrying their reference's value)."""
+    questions = [q for r in records for q in r["questions"]]
+    return {
+        "episodes": len(records),
+        "regret": regret([r["reference"]["value"] for r in records], [r["value"] for r in records]),
+        "value": _mean(r["value"] for r in records),
+        "reference_value": _mean(r["reference"]["value"] for r in records),
+        "resolution": rate_with_interval([r["resolved"] for r in records]),
+        "reference_resolution_rate": _mean(float(r["reference"]["resolved"]) for r in records),
+        "turns_mean": _mean(r["turns"] for r in records),
+        "reference_turns_mean": _mean(r["reference"]["turns"] for r in records),
+        "user_tokens_mean": _mean(r["user_tokens"] for r in records),
+        "ineffective_clarification": ineffective_clarification_rate(questions),
+        "stopping_errors": stopping_error_rates([r["stopping"] for r in records]),
+        "abstain_rate": _mean(float(r["final"]["act"] == "abstain") for r in records),
+        "out_of_turns_rate": _mean(float(r["final"]["act"] == "out_of_turns") for r in records),
+    }
+
+
+def summarize(records: list[dict], header: dict) -> dict:
+    overall = summarize_group(records)
+    profiles = list(dict.fromkeys(r["profile"] for r in records))
+    per_profile = {p: summarize_group([r for r in records if r["profile"] == p]) for p in profiles}
+    return {**header, **overall, "resolution_rate": overall["resolution"]["rate"], "per_profile": per_profile}
+
+
+class _Factory:
+    """Builds users and trackers for one run."""
+
+    def __init__(self, args, scenario):
+        self.args, self.scenario = args, scenario
+        self._model = self._user_model = None
+        self._embedder = None
+        if args.embedder != "none":
+            from fic.eval.clarify_embed import get_embedder
+
+            self._embedder = get_embedder(args.embedder)
+
+    def model(self):
+        if self._model is None and self.args.model:
+            from fic.eval.clarify_model import load_chat_model
+
+            self._model = load_chat_model(self.args.model, self.args.backend, self.args.base_url)
+        return self._model
+
+    def user_model(self):
+        if self.args.user_model in (None, self.args.model):
+            return self.model()
+        if self._user_model is None:
+            from fic.eval.clarify_model import load_chat_model
+
+            self._user_model = load_chat_model(self.args.user_model, self.args.backend, self.args.base_url)
+        return self._user_model
+
+    def user(self, episode, profile: str):
+        if self.args.user == "llm":
+            return LLMUser(self.scenario, episode, profile, self.user_model(), seed=self.args.seed)
+        rng = random.Random(f"user|{self.args.seed}|{episode.id}|{profile}")
+        return SimulatedUser(self.scenario, episode, profile, rng, embedder=self._embedder)
+
+    def tracker(self):
+        if self.args.tracker == "llm":
+            return LLMTracker(self.scenario, self.user_model())
+        return RuleTracker(self.scenario)
+
+
+def run(args) -> int:
+    from tqdm.auto import tqdm
+
+    from fic.errors import USER_ERRORS
+
+    try:
+        profiles = _check_args(args)
+        scenario = get_scenario(args.scenario)
+        if args.scenario == "products":
+            scenario.max_intents = args.max_intents
+        data_path = resolve_data_path(args.scenario, args.data)
+        data = scenario.load(data_path)
+        episodes = scenario.build_episodes(data, args.episodes, args.seed)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        factory = _Factory(args, scenario)
+        reference = ReferencePolicy(scenario, args.cost, args.max_turns)
+        policy = reference
+        if args.policy != "reference":
+            policy = get_policy(
+                args.policy,
+                scenario,
+                args.cost,
+                args.max_turns,
+                model=factory.model(),
+                k=args.k,
+                agree=args.agree,
+                max_new_tokens=args.max_new_tokens,
+            )
+        if args.user == "llm" or args.tracker == "llm":
+            factory.user_model()
+        check_config(out, _config(args))  # last: a setup error must not pin the folder to bad settings
+    except (ValueError, *USER_ERRORS) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    path = out / "episodes.jsonl"
+    done = read_done(path)
+    units = [(i, ep, p) for i, ep in enumerate(episodes) for p in profiles]
+    todo = [u for u in units if f"{u[1].id}|{u[2]}" not in done]
+    if done:
+        logger.info("resuming %s: %d of %d episodes already done", path, len(units) - len(todo), len(units))
+    for i, episode, profile in tqdm(todo, desc=f"regret {args.scenario}/{args.policy}", disable=None):
+        seed = args.seed * 100_003 + i
+        ref = run_episode(
+            scenario,
+            episode,
+            reference,
+            factory.user(episode, profile),
+            RuleTracker(scenario),
+            args.cost,
+            args.max_turns,
+            seed=seed,
+            profile=profile,
+        )
+        if policy is reference:
+            rec = dict(ref)
+        else:
+            rec = run_episode(
+                scenario,
+                episode,
+                policy,
+                factory.user(episode, profile),
+                factory.tracker(),
+                args.cost,
+                args.max_turns,
+                seed=seed,
+                profile=profile,
+            )
+        rec = {
+            "key": f"{episode.id}|{profile}",
+            "profile": profile,
+            **rec,
+            "reference": {k: ref[k] for k in ("value", "resolved", "turns", "user_tokens")},
+        }
+        rec["regret"] = rec["reference"]["value"] - rec["value"]
+        append_record(path, rec)
+        done[rec["key"]] = rec
+    records = [done[f"{ep.id}|{p}"] for _, ep, p in units]
+    header = {
+        "scenario": args.scenario,
+        "policy": args.policy,
+        "profiles": profiles,
+        "seed": args.seed,
+        "cost": args.cost,
+        "max_turns": args.max_turns,
+        "data": str(data_path),
+        "model": args.model,
+    }
+    summary = summarize(records, header)
+    write_json(out / "summary.json", summary)
+    logger.info(
+        "%s/%s: regret %.4f  value %.4f (reference %.4f)  resolution %.3f  turns %.2f  -> %s",
+        args.scenario,
+        args.policy,
+        summary["regret"],
+        summary["value"],
+        summary["reference_value"],
+        summary["resolution_rate"],
+        summary["turns_mean"],
+        out / "summary.json",
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fic regret", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

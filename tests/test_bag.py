@@ -1,0 +1,189 @@
+"""Belief-Augmented Generation: strategy parsing, belief clustering, BAG / prompt-only / BAG+, metrics, `fic bag`."""
+
+import json
+import math
+
+import fic.eval.bag as bag
+import pytest
+
+from fic.metrics import accuracy_with_abstentions, auroc, routing_profile
+
+
+class StubModel:
+    """Scripted ChatModel: each call pops the next list of replies (checking the temperature and n)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.calls = []
+
+    def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
+        want_t, replies = self.script.pop(0)
+        assert temperature == want_t and len(replies) == n
+        self.calls.append(conversations[0])
+        return [list(replies)]
+
+
+@pytest.mark.parametrize(
+    "text,strategy,content",
+    [
+        ("STRATEGY: DIRECT_ANSWER\nParis", "DIRECT_ANSWER", "Paris"),
+        ("strategy - clarification_question\nWhich season?", "CLARIFICATION_QUESTION", "Which season?"),
+        ("**Strategy:** Clarify. Do you mean the film?", "CLARIFICATION_QUESTION", "Do you mean the film?"),
+        ("STRATEGY: ABSTAIN", "ABSTAIN", ""),
+        ("I think STRATEGY: direct answer - 1996", "DIRECT_ANSWER", "I think 1996"),
+        ("ABSTAIN", "ABSTAIN", ""),
+        ("Do you mean the 2010 cup?", "CLARIFICATION_QUESTION", "Do you mean the 2010 cup?"),
+        ("Spain won it.", "DIRECT_ANSWER", "Spain won it."),
+        ("", "DIRECT_ANSWER", ""),
+    ],
+)
+def test_parse_strategy_is_lenient(text, strategy, content):
+    assert bag.parse_strategy(text) == (strategy, content)
+
+
+def test_cluster_samples_and_top_cluster():
+    ids = bag.cluster_samples(["Paris", "paris.", "Lyon", "The city of Paris", "Nice"])
+    assert ids == [0, 0, 1, 0, 2]
+    assert bag.top_cluster(ids) == (0, 0.6)
+    # with a key, samples naming the same thing share a cluster whatever their wording
+    keyed = bag.cluster_samples(["A", "alpha", "B", "zz"], key=lambda s: {"A": 1, "alpha": 1, "B": 2}.get(s))
+    assert keyed == [0, 0, 1, 2]
+    assert bag.top_cluster([]) == (-1, 0.0)
+
+
+def test_strategy_prompt_shows_the_belief_only_for_bag():
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Who won the cup?"}]
+    with_samples = bag.strategy_messages(msgs, ["Spain", "Germany"])
+    without = bag.strategy_messages(msgs, None)
+    assert with_samples[0] == {"role": "system", "content": "sys"}
+    assert "1. Spain\n2. Germany" in with_samples[-1]["content"]
+    assert "drafted" not in without[-1]["content"] and "STRATEGY:" in without[-1]["content"]
+    assert "User: Who won the cup?" in without[-1]["content"]
+
+
+def test_bag_step_answers_with_the_majority_when_the_text_is_empty():
+    model = StubModel([(1.0, ["Spain", "spain", "Germany", "Spain!"]), (0.0, ["STRATEGY: DIRECT_ANSWER"])])
+    step = bag.bag_step(model, [{"role": "user", "content": "q"}], k=4)
+    assert (step.strategy, step.text) == ("DIRECT_ANSWER", "Spain")
+    assert step.entropy == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+
+
+@pytest.mark.parametrize("agreeing,answers", [(7, True), (6, False)])
+def test_bag_plus_threshold(agreeing, answers):
+    samples = ["Spain"] * agreeing + [f"other {i}" for i in range(10 - agreeing)]
+    plus = bag.bag_plus_answer(StubModel([(1.0, samples)]), [{"role": "user", "content": "q"}], k=10, agree=0.7)
+    assert plus.share == pytest.approx(agreeing / 10)
+    assert (plus.answer == "Spain") is answers and (plus.answer is None) is (not answers)
+
+
+AMBIGUOUS = {
+    "id": "c1",
+    "question": "Who won the cup?",
+    "ambiguous": True,
+    "intents": [
+        {"question": "Who won the cup in 2010?", "answers": ["Spain"]},
+        {"question": "Who won the cup in 2014?", "answers": ["Germany"]},
+    ],
+}
+PLAIN = {
+    "id": "p1",
+    "question": "Who wrote Hamlet?",
+    "ambiguous": False,
+    "intents": [{"question": "Who wrote Hamlet?", "answers": ["Shakespeare", "William Shakespeare"]}],
+}
+
+
+def test_run_item_clarify_then_bag_plus():
+    target = bag.item_episode(AMBIGUOUS, __import__("random").Random("bag|0|c1")).target
+    right = ["Spain", "Germany"][target]
+    model = StubModel(
+        [
+            (1.0, ["Spain", "Germany", "Spain"]),
+            (0.0, ["STRATEGY: CLARIFICATION_QUESTION\nWhich year do you mean?"]),
+            (1.0, [right, right, "Italy"]),
+        ]
+    )
+    rec = bag.run_item(model, AMBIGUOUS, "bag_plus", k=3, seed=0)
+    assert rec["route"] == "clarify" and rec["clarification"]["question"] == "Which year do you mean?"
+    assert rec["clarification"]["reply"] == f"I mean {['2010', '2014'][target]}."
+    assert model.calls[2][-1]["content"] == rec["clarification"]["reply"]  # resampled after the reply
+    # 2 of 3 agree (0.67) < 0.7 -> abstain
+    assert rec["final_answer"] is None and rec["abstained"] and rec["correct"] is None
+
+
+def test_run_item_prompt_only_answers_directly():
+    model = StubModel([(1.0, ["Shakespeare", "Marlowe"]), (0.0, ["STRATEGY: DIRECT_ANSWER\nWilliam Shakespeare"])])
+    rec = bag.run_item(model, PLAIN, "prompt_only", k=2, seed=0)
+    assert "drafted" not in model.calls[1][-1]["content"]  # no samples shown in the prompt-only baseline
+    assert (
+        rec["route"] == "answer" and rec["correct"] is True and rec["semantic_entropy"] == pytest.approx(math.log(2))
+    )
+
+
+def test_bag_metrics_hand_computed():
+    assert accuracy_with_abstentions([True, False, None, True, None]) == {
+        "accuracy": 2 / 3,
+        "answered": 3,
+        "correct": 2,
+        "abstained": 2,
+        "abstain_rate": 0.4,
+        "n": 5,
+    }
+    assert accuracy_with_abstentions([None])["accuracy"] == 0.0
+    prof = routing_profile(
+        ["answer", "clarify", "answer", "abstain"], [True, False, False, None], [False, True, True, True]
+    )
+    assert prof == {
+        "answer": {"share": 0.5, "n": 2, "accuracy": 0.5, "ambiguous_share": 0.5},
+        "clarify": {"share": 0.25, "n": 1, "accuracy": 0.0, "ambiguous_share": 1.0},
+        "abstain": {"share": 0.25, "n": 1, "accuracy": None, "ambiguous_share": 1.0},
+    }
+    assert auroc([0.1, 0.9, 0.5, 0.5], [False, True, True, False]) == pytest.approx((1 + 1 + 1 + 0.5) / 4)
+    assert auroc([1.0, 2.0], [True, True]) is None
+    with pytest.raises(ValueError):
+        routing_profile(["answer"], [], [])
+
+
+def test_summarize_bag():
+    recs = [
+        {"correct": True, "route": "answer", "semantic_entropy": 0.0, "ambiguous": False},
+        {"correct": None, "route": "abstain", "semantic_entropy": 1.0, "ambiguous": True},
+        {"correct": False, "route": "clarify", "semantic_entropy": 0.6, "ambiguous": True},
+        {"correct": False, "route": "answer", "semantic_entropy": 0.4, "ambiguous": True},
+    ]
+    s = bag.summarize_bag(recs, {"variant": "bag"})
+    assert s["accuracy"] == pytest.approx(1 / 3) and s["abstained"] == 1
+    assert s["routing"]["answer"]["share"] == 0.5
+    assert s["faithfulness"]["semantic_entropy_by_route"] == {"answer": 0.2, "abstain": 1.0, "clarify": 0.6}
+    assert s["faithfulness"]["auroc_entropy_not_direct"] == 1.0  # every non-answer is more uncertain
+
+
+def test_fic_bag_tiny_model_end_to_end_and_resume(shared_data, tmp_path):
+    from fic.testing import tiny_model
+
+    out = tmp_path / "bag"
+    argv = [
+        "--model",
+        tiny_model("chatml"),
+        "--items",
+        "3",
+        "--k",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--variant",
+        "bag_plus",
+    ]
+    assert bag.main(argv) == 0
+    lines = (out / "items.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 3 and summary["answered"] + summary["abstained"] == 3
+    assert sum(r["n"] for r in summary["routing"].values()) == 3
+    assert all(len(json.loads(x)["samples"]) == 3 for x in lines)
+    assert bag.main(argv) == 0 and (out / "items.jsonl").read_text().splitlines() == lines  # nothing redone
+    assert bag.main([*argv[:-1], "prompt_only"]) == 2  # other settings into the same folder: refused

@@ -1,0 +1,80 @@
+"""Regret metrics (fic.metrics) on hand-built values."""
+
+import math
+
+import pytest
+
+from fic.metrics import (
+    episode_value,
+    ineffective_clarification_rate,
+    is_ineffective_clarification,
+    regret,
+    stopping_error_rates,
+    stopping_errors,
+)
+
+
+def test_episode_value():
+    assert episode_value(True, 0, 0.1) == 1.0
+    assert episode_value(True, 3, 0.1) == pytest.approx(0.7)
+    assert episode_value(False, 2, 0.25) == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="clarification_turns"):
+        episode_value(True, -1, 0.1)
+
+
+def test_regret_is_mean_paired_difference():
+    assert regret([0.9, 0.8, 1.0], [0.9, 0.0, 0.7]) == pytest.approx((0 + 0.8 + 0.3) / 3)
+    assert regret([0.5], [0.9]) == pytest.approx(-0.4)  # a policy can beat the reference
+    assert regret([], []) == 0.0
+    with pytest.raises(ValueError, match="pair them"):
+        regret([1.0], [1.0, 0.0])
+
+
+def test_ineffective_clarification():
+    assert is_ineffective_clarification(4, 2, False) is False
+    assert is_ineffective_clarification(4, 4, False) is True  # state did not shrink
+    assert is_ineffective_clarification(3, 5, False) is True  # a correction may even grow it
+    assert is_ineffective_clarification(4, 1, True) is True  # asked for what was already said
+    qs = [
+        {"before": 10, "after": 3, "repeat": False},
+        {"before": 3, "after": 3, "repeat": False},
+        {"before": 3, "after": 1, "repeat": True},
+        {"before": 1, "after": 1},
+    ]
+    assert ineffective_clarification_rate(qs) == {"rate": 0.75, "ineffective": 3, "questions": 4}
+    assert ineffective_clarification_rate([]) == {"rate": 0.0, "ineffective": 0, "questions": 0}
+
+
+def test_stopping_errors_per_episode():
+    # asked with 5 and 2 left, then with 1 left (late), then answered with 1 left: one late question
+    d = [
+        {"act": "ask", "consistent": 5},
+        {"act": "ask", "consistent": 2},
+        {"act": "ask", "consistent": 1},
+        {"act": "answer", "consistent": 1},
+    ]
+    assert stopping_errors(d) == {"answer_early": False, "ask_late": 1}
+    assert stopping_errors([{"act": "answer", "consistent": 3}]) == {"answer_early": True, "ask_late": 0}
+    # abstaining with several left is not "answering early"
+    assert stopping_errors([{"act": "abstain", "consistent": 3}]) == {"answer_early": False, "ask_late": 0}
+
+
+def test_stopping_error_rates():
+    per = [
+        {"answer_early": True, "ask_late": 0},
+        {"answer_early": False, "ask_late": 2},
+        {"answer_early": False, "ask_late": 0},
+        {"answer_early": True, "ask_late": 1},
+    ]
+    out = stopping_error_rates(per)
+    assert out == {"rate": 0.75, "answer_early_rate": 0.5, "ask_late_rate": 0.5, "ask_late_questions": 3, "n": 4}
+    assert stopping_error_rates([])["rate"] == 0.0
+
+
+def test_semantic_entropy_limits():
+    from fic.metrics import semantic_entropy
+
+    assert semantic_entropy([0, 0, 0, 0]) == 0.0
+    assert semantic_entropy([0, 1, 2, 3]) == pytest.approx(math.log(4))
+    assert semantic_entropy([0, 0, 0, 1]) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert semantic_entropy([]) == 0.0

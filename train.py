@@ -51,7 +51,10 @@ def load(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fic.distributed import use_cpu_group_without_gpu
     from fic.errors import USER_ERRORS
+
+    use_cpu_group_without_gpu()
 
     argv = sys.argv[1:] if argv is None else argv
     try:

@@ -311,10 +311,9 @@ def test_two_processes_evaluate_once(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT / "tests"),
            "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
-    # accelerate 1.x starts a MULTI_CPU config (accelerate_configs/cpu.yaml) as one process unless mpirun is set up;
-    # its torchrun launcher (--multi_gpu) starts two processes, which find no GPU and join a gloo group on the CPU.
-    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+    # the documented command: accelerate_configs/cpu.yaml with two processes (a gloo group on the CPU)
+    command = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+               str(ROOT / "accelerate_configs" / "cpu.yaml"), "--num_processes", "2", "--main_process_port", "0",
                str(Path(__file__)), str(out)]  # fmt: skip
     started = time.time()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -336,7 +335,10 @@ def _main(out_dir: str) -> None:
     """Entry point for the two-process test: train with the real heuristic judge, record what each rank did."""
     from accelerate import PartialState
 
+    from fic.distributed import use_cpu_group_without_gpu
     from fic.eval.config import EvalConfig
+
+    use_cpu_group_without_gpu()
 
     out = Path(out_dir)
     spec = write_questions(out.parent / "data" / "questions.jsonl", n=2)

@@ -471,3 +471,18 @@ def test_heuristic_on_mt_bench_turns(heuristic, shared_data):
     assert all(
         v.label == "previous_turn_restate" for (_, kind), v in zip(cases, verdicts) if kind == "restate_verbatim"
     )
+
+
+def test_untrained_model_word_salad_is_not_genuine():
+    """Text from a random-init model (word fragments, broken bytes) must never count as a genuine follow-up."""
+    from fic.judges import HeuristicJudge
+
+    context = [{"role": "user", "content": "What is 12 times 3?"}, {"role": "assistant", "content": "12 times 3 is 36."}]
+    salad = ["imtum ftes doivent alnt ivent alnt ivent orter", "ousandages ppl ysays detailorter watif bo",
+             "igh-pD agve iles epagZz e gor 9 noden n sum", "im* 2\ufffd\ufffd: step youiided"]  # fmt: skip
+    verdicts = HeuristicJudge().judge([Case(context, text) for text in salad])
+    assert [v.label for v in verdicts] == ["malformed_artifact"] * len(salad)
+    assert all(v.genuine is False for v in verdicts)
+    # an ordinary English follow-up with a typo or two is still genuine
+    ok = HeuristicJudge().judge([Case(context, "Why is it 36 and not 39? Can you show the multiplication?")])[0]
+    assert ok.label == "genuine_followup"

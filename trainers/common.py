@@ -81,3 +81,26 @@ def default_callbacks(run: Run) -> list:
 
         callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer, recipe=run.recipe))
     return callbacks
+
+
+def resume_point(args) -> str | bool | None:
+    """What to pass as `trainer.train(resume_from_checkpoint=...)`.
+
+    `resume_from_checkpoint` in a recipe may be a checkpoint folder, or `true` / `auto` for the latest checkpoint in
+    `output_dir` (nothing to resume from is fine: the run starts fresh).
+    """
+    value = getattr(args, "resume_from_checkpoint", None)
+    if value in (None, "", "false", "False", False):
+        return None
+    if value in ("auto", "true", "True", True):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
+        if last is None:
+            logger.info("resume_from_checkpoint=%s: no checkpoint in %s, starting fresh", value, args.output_dir)
+        return last
+    if not Path(value).is_dir():
+        from fic.recipe import RecipeError
+
+        raise RecipeError(f"resume_from_checkpoint: {value!r} is not a checkpoint folder; use a path or `auto`")
+    return value

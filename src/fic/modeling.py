@@ -36,12 +36,19 @@ class ModelLoadError(RuntimeError):
 
 
 def _load_error(name: str, what: str, err: Exception) -> ModelLoadError:
+    detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if os.path.isdir(name):  # a local folder with missing or damaged files (an interrupted save or copy)
+        return ModelLoadError(
+            f"could not load {what} from the local folder {name!r}: its files are missing or damaged ({detail}). "
+            "An interrupted save or copy leaves such folders; point at a complete checkpoint (one with "
+            "trainer_state.json) or save the model there again."
+        )
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
     where = "the hub is switched off (HF_HUB_OFFLINE=1)" if offline else "the hub did not serve it"
     return ModelLoadError(
         f"could not load {what} {name!r}: it is not a local directory, not in the Hugging Face cache, and {where}. "
         f"Fetch it where the hub is reachable (`hf download {name} --local-dir PATH`) and pass "
-        f"model_name_or_path=PATH. ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        f"model_name_or_path=PATH (`--model PATH` to fic commands). ({detail})"
     )
 
 
@@ -61,6 +68,7 @@ def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = 
 def load_model(name: str, dtype: str | None = "auto", revision: str = "main", trust_remote_code: bool = False,
                attn_implementation: str | None = None):  # fmt: skip
     """`AutoModelForCausalLM` under `dtype` ("auto", "bfloat16", "float16", "float32")."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "dtype": dtype or "auto"}
@@ -68,20 +76,37 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
         kwargs["attn_implementation"] = attn_implementation
     try:
         return AutoModelForCausalLM.from_pretrained(name, **kwargs)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or empty weights file
         raise _load_error(name, "model", err) from None
 
 
+def resolve_model_name(name: str) -> str:
+    """`tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; other names unchanged."""
+    if not isinstance(name, str) or not name.startswith("tiny:"):
+        return name
+    from fic.testing import FAMILIES, tiny_model
+
+    parts = name.split(":")
+    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2"))
+    if not arch_ok or parts[1] not in FAMILIES:
+        raise ModelLoadError(
+            f"model_name_or_path: {name!r} is not a tiny model name; use tiny:FAMILY or tiny:FAMILY:ARCH with FAMILY "
+            f"in {', '.join(FAMILIES)} and ARCH in llama, qwen2 (e.g. tiny:chatml)"
+        )
+    return tiny_model(parts[1], *parts[2:])
+
+
 def load_model_and_tokenizer(args: ModelArguments):
-    """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix."""
+    """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix.
+
+    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests).
+    """
     if not args.model_name_or_path:
         raise ModelLoadError("model_name_or_path: not set; pass a hub id or a local directory")
-    tokenizer = load_tokenizer(
-        args.tokenizer_name_or_path or args.model_name_or_path, args.model_revision, args.trust_remote_code
-    )
-    model = load_model(
-        args.model_name_or_path, args.dtype, args.model_revision, args.trust_remote_code, args.attn_implementation
-    )
+    name = resolve_model_name(args.model_name_or_path)
+    tokenizer_name = resolve_model_name(args.tokenizer_name_or_path or args.model_name_or_path)
+    tokenizer = load_tokenizer(tokenizer_name, args.model_revision, args.trust_remote_code)
+    model = load_model(name, args.dtype, args.model_revision, args.trust_remote_code, args.attn_implementation)
     return model, tokenizer
 
 

@@ -433,6 +433,10 @@ class HeuristicJudge:
         asks = any(mark in text for mark in "?？¿")
         if words and not asks and all(w in _ACKNOWLEDGEMENTS for w in words) and len(words) <= 12:
             return self._verdict(DEGENERATE_SHORT, 0.9, "bare acknowledgement", **scores), None
+        vocab = _english_vocabulary()
+        if len(words) <= 2 and not any(w.isdigit() or (len(w) > 1 and w in vocab) for w in words):
+            # "?", "g?": a question mark alone asks nothing (an RL policy found these on a tiny model)
+            return self._verdict(DEGENERATE_SHORT, 0.85, "no real word, only punctuation or letters", **scores), None
         if len(words) <= 2 and not asks:
             confidence = 0.85 if len(words) <= 1 else 0.7
             return self._verdict(

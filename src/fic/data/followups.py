@@ -1,0 +1,354 @@
+"""`fic build-followups`: an SFT set of conversations whose user turns after an answer are genuine follow-ups.
+
+Two kinds of rows, both `{"id", "source", "origin", "messages", ...}` and readable back as `conversations:PATH`:
+
+- `real`: multi-turn conversations taken as they are: MT-Bench's two questions with the reference answers between
+  them, multi-turn HealthBench prompts, any `conversations` JSONL. A conversation is kept when at least one user turn
+  follows an assistant turn (what collaboration SFT trains on); the others are counted as skipped.
+- `sampled` / `template` (rejection sampling): each context is a dataset item plus an answer (`data`: the data's
+  reference; `model`: the model's own greedy answer). For each, `n` candidate user turns are written, by any generation backend from
+  the bare user header (`sampled`), or offline from follow-up templates filled with a number or a term of the
+  answer (`template`, for CPU runs and tests). The judge labels every candidate; up to `keep` genuine ones per
+  context become rows `[context..., user: follow-up]`. Counts per label are logged and written next to the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+from .records import DataError, Record
+
+logger = logging.getLogger(__name__)
+
+ANSWERS = ("data", "model")  # as the probe's `responses`
+CANDIDATES = ("templates", "model")
+
+# Follow-up templates: {x} is a number of the answer, {w} a term of the answer (absent from the question).
+NUMBER_TEMPLATES = (
+    "Why is it {x}?",
+    "How did you get {x}?",
+    "Where does the {x} come from?",
+    "Can you explain the step with {x} in more detail?",
+    "Are you sure about {x}? Can you check it again?",
+    "What would change if it were {y} instead of {x}?",
+)
+TERM_TEMPLATES = (
+    "What do you mean by {w}?",
+    "Can you give me an example of {w}?",
+    "Could you say more about {w}?",
+    "Why does {w} matter here?",
+    "How does {w} work in practice?",
+    "Can you explain {w} in simpler words?",
+)
+GENERIC_TEMPLATES = (
+    "Can you explain that in more detail?",
+    "Can you make your answer shorter?",
+    "Could you explain the first step again?",
+    "Why did you choose that approach?",
+    "Can you give me an example of that?",
+    "What if I need it in a simpler form?",
+)
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
+_TERM = re.compile(r"\b[A-Za-z][a-z]{5,}\b")
+_COMMON = set(
+    "about above across after again against because before being below between beyond cannot could during either "
+    "every first following further however include including itself might other others should since someone "
+    "something still their there these thing things those through under until usually which while within without "
+    "would years answer question really always people example important different".split()
+)
+
+
+def data_answer(record: Record) -> str | None:
+    """The answer the data gives for `record`: MT-Bench's first reference turn, the reference, or Coval's first
+    candidate response."""
+    turns = record.meta.get("reference_turns")
+    if turns:
+        return turns[0]
+    if record.reference:
+        return record.reference
+    candidates = record.meta.get("candidates") or []
+    return candidates[0]["text"] if candidates else None
+
+
+def contexts_from_records(records: list[Record], answers: str = "data", backend=None, tokenizer=None,
+                          max_new_tokens: int = 256) -> list[dict]:  # fmt: skip
+    """`{"id", "source", "messages"}` contexts: each record's conversation (ending with a user turn) plus an answer.
+
+    Args:
+        answers: `data` (the data's answer; items without one are skipped) or `model` (the model's greedy
+            answer in its own template, which needs `backend` and `tokenizer`).
+    """
+    if answers not in ANSWERS:
+        raise ValueError(f"answers: unknown value {answers!r}; valid: {', '.join(ANSWERS)}")
+    usable = [r for r in records if r.messages and r.messages[-1]["role"] == "user"]
+    if answers == "data":
+        pairs = [(r, data_answer(r)) for r in usable]
+    else:
+        if backend is None or tokenizer is None:
+            raise ValueError("answers='model' needs a generation backend and its tokenizer")
+        from fic.chat import render, turn_end_strings
+        from fic.generation import SamplingParams
+
+        params = SamplingParams(max_new_tokens=max_new_tokens, stop=turn_end_strings(tokenizer, "assistant"))
+        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in usable]
+        pairs = [(r, out[0].strip()) for r, out in zip(usable, backend.generate(prompts, params))]
+    contexts = [
+        {
+            "id": f"{r.source}:{r.id}",
+            "source": r.source,
+            "messages": [*r.messages, {"role": "assistant", "content": a}],
+        }
+        for r, a in pairs
+        if a and a.strip()
+    ]
+    skipped = len(records) - len(contexts)
+    if skipped:
+        logger.info(
+            "%d of %d items give no context (no final user turn or no %s answer)", skipped, len(records), answers
+        )
+    return contexts
+
+
+def has_followup(messages: list[dict]) -> bool:
+    """Whether some user turn directly follows an assistant turn."""
+    return any(a["role"] == "assistant" and b["role"] == "user" for a, b in zip(messages, messages[1:]))
+
+
+def real_conversations(records: list[Record]) -> tuple[list[dict], int]:
+    """Multi-turn conversations as they are (MT-Bench turns interleaved with reference answers when it has them);
+    returns `(rows, skipped)` where skipped conversations hold no user follow-up."""
+    rows, skipped = [], 0
+    for r in records:
+        messages = list(r.messages)
+        turns, references = r.meta.get("turns"), r.meta.get("reference_turns") or []
+        if r.source == "mt_bench" and turns and references:
+            messages = []
+            for i, turn in enumerate(turns):
+                messages.append({"role": "user", "content": turn})
+                if i < len(references) and references[i].strip():
+                    messages.append({"role": "assistant", "content": references[i]})
+                else:
+                    break
+        if has_followup(messages):
+            rows.append({"id": f"{r.source}:{r.id}", "source": r.source, "origin": "real", "messages": messages})
+        else:
+            skipped += 1
+    return rows, skipped
+
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
+
+
+def template_followups(messages: list[dict], n: int = 4, seed: int = 0) -> list[str]:
+    """`n` distinct follow-up candidates for a context, from templates filled with a number or a term that the
+    answer introduces (not in the question); generic ones when the answer gives neither. Deterministic in
+    `(messages, n, seed)`."""
+    answer = messages[-1]["content"]
+    question = " ".join(m["content"] for m in messages[:-1] if m["role"] == "user")
+    rng = random.Random(_seed(seed, answer[:200], question[:200]))
+    numbers = list(dict.fromkeys(x for x in _NUMBER.findall(answer) if x not in _NUMBER.findall(question)))
+    asked = question.lower()
+    terms = list(
+        dict.fromkeys(w.lower() for w in _TERM.findall(answer) if w.lower() not in _COMMON and w.lower() not in asked)
+    )
+    pool = [("generic", t) for t in GENERIC_TEMPLATES]
+    pool += [("number", t) for t in NUMBER_TEMPLATES] if numbers else []
+    pool += [("term", t) for t in TERM_TEMPLATES] if terms else []
+    rng.shuffle(pool)
+    out: list[str] = []
+    for kind, template in pool:
+        if kind == "number":
+            x = rng.choice(numbers)
+            y = str(int(float(x)) + rng.randint(1, 9))
+            text = template.format(x=x, y=y)
+        elif kind == "term":
+            text = template.format(w=rng.choice(terms))
+        else:
+            text = template
+        if text not in out:
+            out.append(text)
+        if len(out) == n:
+            break
+    return out
+
+
+def sample_candidates(backend, tokenizer, contexts: list[dict], n: int, temperature: float, max_new_tokens: int,
+                      top_p: float = 1.0, seed: int = 0) -> list[list[str]]:  # fmt: skip
+    """`n` user turns per context written by the model from the bare user header, cut at its end of turn."""
+    from fic.chat import turn_end_strings
+    from fic.followup_eval import probe_prompts
+    from fic.generation import SamplingParams
+
+    params = SamplingParams(
+        n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+        stop=turn_end_strings(tokenizer, "user"), seed=seed,
+    )  # fmt: skip
+    outputs = backend.generate(probe_prompts(tokenizer, [c["messages"] for c in contexts]), params)
+    return [[text.strip() for text in group] for group in outputs]
+
+
+def rejection_sample(contexts: list[dict], candidates: list[list[str]], judge, keep: int = 1,
+                     origin: str = "sampled") -> tuple[list[dict], Counter]:  # fmt: skip
+    """Judge every candidate; keep up to `keep` genuine ones per context (most confident first, distinct texts).
+
+    Returns the SFT rows and the label counts over all candidates (`judge_error` included).
+    """
+    from fic.judges import Case
+
+    if len(candidates) != len(contexts):
+        raise ValueError(
+            f"candidates: {len(candidates)} groups for {len(contexts)} contexts; expected one per context"
+        )
+    cases = [Case(messages=c["messages"], user_turn=t) for c, group in zip(contexts, candidates) for t in group]
+    verdicts = iter(judge.judge(cases) if cases else [])
+    rows, counts = [], Counter()
+    for context, group in zip(contexts, candidates):
+        judged = [(text, next(verdicts)) for text in group]
+        counts.update(v.label for _, v in judged)
+        genuine = sorted(((t, v) for t, v in judged if v.genuine and t.strip()), key=lambda tv: -tv[1].confidence)
+        for k, (text, verdict) in enumerate(list({t: (t, v) for t, v in genuine}.values())[:keep]):
+            rows.append({
+                "id": f"{context['id']}#{k}", "source": context["source"], "origin": origin,
+                "messages": [*context["messages"], {"role": "user", "content": text.strip()}],
+                "label": verdict.label, "confidence": verdict.confidence, "judge": verdict.judge,
+            })  # fmt: skip
+    return rows, counts
+
+
+def first_user(messages: list[dict]) -> str:
+    """The first user message, normalised: the key that keeps training and held-out conversations apart."""
+    text = next((m["content"] for m in messages if m["role"] == "user"), "")
+    return " ".join(text.split()).lower()
+
+
+def drop_overlap(rows: list[dict], heldout: list[list[dict]]) -> tuple[list[dict], int]:
+    """Rows whose first user message is not the first user message of any held-out conversation; and how many went."""
+    held = {first_user(m) for m in heldout}
+    kept = [r for r in rows if first_user(r["messages"]) not in held]
+    return kept, len(rows) - len(kept)
+
+
+def load_records(specs: list[str], limit: int | None = None) -> list[Record]:
+    from . import load_source
+
+    return [record for spec in specs for record in load_source(spec, limit=limit)]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--contexts",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="dataset (NAME or NAME:PATH) whose items become contexts for sampled follow-ups",
+    )
+    parser.add_argument(
+        "--real",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="dataset of real multi-turn conversations to keep as they are (mt_bench, healthbench, conversations)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="items per dataset")
+    parser.add_argument(
+        "--answers",
+        choices=ANSWERS,
+        default="data",
+        help="the answer in each context: the data's (reference) or the model's greedy answer",
+    )
+    parser.add_argument(
+        "--candidates",
+        choices=CANDIDATES,
+        default="model",
+        help="who writes candidate user turns: the model (sampled) or offline templates",
+    )
+    parser.add_argument("--model", help="model (hub id, local path, tiny:FAMILY) for answers and candidates")
+    parser.add_argument("--tokenizer", help="tokenizer, if not the model's (needed with --backend openai)")
+    parser.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers")
+    parser.add_argument("--base-url", help="OpenAI-compatible completions endpoint for --backend openai")
+    parser.add_argument("--n", type=int, default=4, help="candidates per context")
+    parser.add_argument("--keep", type=int, default=1, help="genuine follow-ups kept per context")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="budget of a candidate user turn")
+    parser.add_argument("--answer-tokens", type=int, default=512, help="budget of a model answer")
+    parser.add_argument("--judge", choices=("heuristic", "llm", "cascade"), default="heuristic")
+    parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the LLM judge")
+    parser.add_argument("--judge-model", help="model name of the LLM judge")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output JSONL (an SFT set: conversations:OUT)")
+
+
+def _model_pieces(args):
+    """(backend, tokenizer) for the model arguments, or (None, None) when no model is needed."""
+    needs_model = bool(args.contexts) and (args.answers == "model" or args.candidates == "model")
+    if not needs_model:
+        return None, None
+    if not args.model:
+        raise DataError("--model: needed to write model answers or sample candidate user turns; pass a model name")
+    from fic.generation import get_backend
+    from fic.modeling import load_tokenizer, resolve_model_name
+
+    model = resolve_model_name(args.model)
+    tokenizer = load_tokenizer(resolve_model_name(args.tokenizer) if args.tokenizer else model)
+    kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
+    if args.backend == "transformers":
+        kwargs["tokenizer"] = tokenizer
+    return get_backend(args.backend, model=model, **kwargs), tokenizer
+
+
+def build(args) -> tuple[list[dict], dict]:
+    """The SFT rows and the summary for parsed `fic build-followups` arguments."""
+    if not args.contexts and not args.real:
+        raise DataError("nothing to build: pass --contexts SPEC (sampled follow-ups) and/or --real SPEC")
+    if args.n < 1 or args.keep < 1:
+        raise DataError(f"--n {args.n} / --keep {args.keep}: both must be at least 1")
+    backend, tokenizer = _model_pieces(args)
+    rows, summary = [], {}
+    if args.real:
+        real, skipped = real_conversations(load_records(args.real, args.limit))
+        rows += real
+        summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
+    if args.contexts:
+        from fic.judges import make_judge
+
+        contexts = contexts_from_records(load_records(args.contexts, args.limit), args.answers, backend, tokenizer,
+                                         args.answer_tokens)  # fmt: skip
+        if args.candidates == "templates":
+            candidates = [template_followups(c["messages"], args.n, args.seed) for c in contexts]
+        else:
+            candidates = sample_candidates(backend, tokenizer, contexts, args.n, args.temperature,
+                                           args.max_new_tokens, args.top_p, args.seed)  # fmt: skip
+        judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
+        origin = "template" if args.candidates == "templates" else "sampled"
+        sampled, counts = rejection_sample(contexts, candidates, judge, args.keep, origin)
+        rows += sampled
+        total = sum(counts.values())
+        summary["sampled"] = {
+            "contexts": len(contexts), "candidates": total, "kept": len(sampled), "labels": dict(counts),
+            "genuine_rate": counts.get("genuine_followup", 0) / total if total else 0.0, "judge": judge.name,
+        }  # fmt: skip
+    summary["rows"] = len(rows)
+    return rows, summary
+
+
+def run(args: argparse.Namespace) -> int:
+    rows, summary = build(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    summary_path = out.with_name(out.stem + ".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2))
+    logger.info("wrote %d conversations to %s (summary: %s)", len(rows), out, summary_path)
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,258 @@
+"""Collaboration SFT: supervised training on multi-turn conversations with the loss on chosen turns only.
+
+The data flow differs from TRL's `SFTTrainer` in one place: a conversation becomes `input_ids` plus `labels` that
+keep only the `train_on` turns, by default every user turn that follows an assistant turn (the genuine follow-ups)
+with its end-of-turn token, so the model learns what a collaborative user says next and where that turn stops.
+The masks come from the chat template's own rendering (`fic.masks.turn_masks`), so they need no `{% generation %}`
+tags and are right on Llama-3.1/3.2 style templates where TRL's assistant masks are not. Everything else (collation,
+truncation, packing, the loss) is TRL's, which uses a `labels` column as given.
+
+`main(recipe)` builds the training conversations (real multi-turn data as it is, plus, for `followup_contexts`,
+template follow-ups kept by the judge), removes any whose first user message opens a held-out context, measures the
+genuine follow-up rate on the held-out contexts (`eval:` block) before and after training with the same judge, and
+writes `OUTPUT_DIR/eval_summary.json`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
+from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollabSFTConfig(SFTConfig):
+    r"""
+    Configuration for [`CollabSFTTrainer`]: TRL's `SFTConfig` plus the turns to train on and the data to build.
+
+    Args:
+        train_on (`list[str]`, defaults to `["user_followups"]`):
+            Turns whose tokens carry the loss: `user_followups` (every user turn right after an assistant turn, its
+            end-of-turn token included), `assistant`, or both.
+        train_datasets (`list[str]`, defaults to `[]`):
+            Real conversations taken as they are, as dataset specs `NAME:PATH` or `NAME`: `mt_bench` (two turns with
+            the reference answers between them), `healthbench` (multi-turn prompts), `conversations` (a JSONL such as
+            the output of `fic build-followups`).
+        followup_contexts (`list[str]`, defaults to `[]`):
+            Datasets whose items, with their reference answer, become contexts for template follow-ups; the judge
+            keeps the genuine ones (the offline form of `fic build-followups --candidates templates`).
+        followup_candidates (`int`, defaults to `4`):
+            Template candidates per context.
+        followups_per_context (`int`, defaults to `1`):
+            Genuine follow-ups kept per context.
+        followup_judge (`str`, defaults to `"heuristic"`):
+            Judge that filters the template candidates: `heuristic`, `llm` or `cascade` (the last two use the
+            `eval.judge_base_url` / `eval.judge_model` endpoint).
+        dataset_limit (`int` or `None`, defaults to `None`):
+            Items read from each training dataset.
+    """
+
+    train_on: list[str] = field(
+        default_factory=lambda: ["user_followups"],
+        metadata={"help": f"Turns that carry the loss: one or more of {', '.join(TRAIN_ON)}."},
+    )
+    train_datasets: list[str] = field(
+        default_factory=list, metadata={"help": "Real multi-turn conversations (dataset specs), used as they are."}
+    )
+    followup_contexts: list[str] = field(
+        default_factory=list, metadata={"help": "Datasets whose items become contexts for judged template follow-ups."}
+    )
+    followup_candidates: int = field(default=4, metadata={"help": "Template candidates per context."})
+    followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
+    followup_judge: str = field(default="heuristic", metadata={"help": "Judge for the candidates."})
+    dataset_limit: int | None = field(default=None, metadata={"help": "Items read from each training dataset."})
+
+    def __post_init__(self):
+        self.train_on = check_train_on(self.train_on)
+        if self.assistant_only_loss or self.completion_only_loss:
+            raise ValueError(
+                "assistant_only_loss / completion_only_loss: collaboration SFT chooses the trained turns with "
+                "train_on (e.g. train_on=[user_followups,assistant]); leave both unset"
+            )
+        if self.followup_judge not in ("heuristic", "llm", "cascade"):
+            raise ValueError(f"followup_judge: unknown judge {self.followup_judge!r}; valid: heuristic, llm, cascade")
+        if self.followup_candidates < 1 or self.followups_per_context < 1:
+            raise ValueError("followup_candidates / followups_per_context: both must be at least 1")
+        super().__post_init__()
+
+
+class CollabSFTTrainer(SFTTrainer):
+    """`SFTTrainer` whose conversational data (`messages` column) is tokenized with turn masks from the template.
+
+    A dataset that already has `input_ids` (and `labels`) goes to TRL untouched.
+    """
+
+    _tag_names = ["trl", "sft", "fic", "collab-sft"]
+
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        columns = dataset.column_names or []
+        if "messages" in columns and "input_ids" not in columns:
+            tokenizer = getattr(processing_class, "tokenizer", processing_class)
+            train_on = getattr(args, "train_on", ["user_followups"])
+
+            def mask(example):
+                input_ids, labels = turn_masks(tokenizer, example["messages"], train_on)
+                return {"input_ids": input_ids, "labels": labels}
+
+            trained = " or ".join(train_on)
+            if not isinstance(dataset, Dataset):  # a streamed dataset: mask lazily, drop what has nothing to train
+                dataset = dataset.map(mask, remove_columns=columns)
+                dataset = dataset.filter(lambda ex: any(label != IGNORE_INDEX for label in ex["labels"]))
+            else:
+                dataset = dataset.map(mask, remove_columns=columns, desc=f"Masking {dataset_name} turns ({trained})")
+                before = len(dataset)
+                dataset = dataset.filter(lambda ex: any(label != IGNORE_INDEX for label in ex["labels"]))
+                if len(dataset) < before:
+                    logger.warning(
+                        "%s: %d conversations have no %s turn and are dropped", dataset_name, before - len(dataset),
+                        trained,
+                    )  # fmt: skip
+                if len(dataset) == 0:
+                    raise ValueError(
+                        f"{dataset_name} dataset: no conversation has a {trained} turn to train on; "
+                        "user follow-ups need an assistant turn before them"
+                    )
+        return super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+
+
+def local_backend(model, tokenizer):
+    """A transformers backend on the in-memory model, on the GPU when there is one (prepare() loads on CPU)."""
+    import torch
+
+    from fic.generation import HFBackend
+
+    return HFBackend(model, tokenizer, device="cuda" if torch.cuda.is_available() else None)
+
+
+def heldout_records(eval_config) -> list:
+    """The held-out items of the `eval:` block's datasets (`eval.limit` each); every rank reads them, so every rank
+    drops the same overlapping training conversations."""
+    from fic.data.followups import load_records
+
+    return load_records(eval_config.datasets, eval_config.limit) if eval_config.datasets else []
+
+
+def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> list[dict]:
+    """Held-out contexts: the held-out items with the answers `eval.responses` names: `data` (the data's) or `model`
+    (the base model's greedy answer within `eval.response_tokens`, generated once so before and after share them)."""
+    from fic.data.followups import contexts_from_records
+
+    if not records:
+        return []
+    answers = eval_config.responses
+    backend = local_backend(model, tokenizer) if answers == "model" else None
+    return contexts_from_records(records, answers, backend, tokenizer, eval_config.response_tokens)
+
+
+def eval_judge(eval_config):
+    from fic.judges import make_judge
+
+    return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
+
+
+def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge) -> dict:
+    """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says."""
+    from fic.followup_eval import genuine_followup_rate
+
+    return genuine_followup_rate(
+        local_backend(model, tokenizer),
+        tokenizer,
+        [c["messages"] for c in contexts],
+        judge,
+        temperatures=eval_config.temperatures,
+        samples=eval_config.samples,
+        max_new_tokens=eval_config.max_new_tokens,
+        seed=eval_config.seed,
+    )
+
+
+def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eval_config) -> tuple[list[dict], dict]:
+    """The training conversations for `args` (none opening a `heldout` conversation) and a summary of their origin."""
+    from fic.data.followups import (
+        contexts_from_records,
+        drop_overlap,
+        load_records,
+        real_conversations,
+        rejection_sample,
+        template_followups,
+    )
+    from fic.judges import make_judge
+
+    rows, summary = [], {}
+    if args.train_datasets:
+        real, skipped = real_conversations(load_records(args.train_datasets, args.dataset_limit))
+        rows += real
+        summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
+    if args.followup_contexts:
+        contexts = contexts_from_records(load_records(args.followup_contexts, args.dataset_limit), "data")
+        contexts, _ = drop_overlap(contexts, heldout)
+        candidates = [template_followups(c["messages"], args.followup_candidates, args.seed) for c in contexts]
+        judge = make_judge(args.followup_judge, eval_config.judge_base_url, eval_config.judge_model)
+        kept, counts = rejection_sample(contexts, candidates, judge, args.followups_per_context, origin="template")
+        rows += kept
+        summary["template"] = {"contexts": len(contexts), "kept": len(kept), "labels": dict(counts)}
+    rows, dropped = drop_overlap(rows, heldout)
+    summary["dropped_heldout_overlap"] = dropped
+    summary["conversations"] = len(rows)
+    if not rows:
+        raise ValueError(
+            "train_datasets / followup_contexts: no training conversation left; name datasets with multi-turn "
+            "conversations or contexts with reference answers"
+        )
+    return rows, summary
+
+
+def main(recipe) -> None:
+    from accelerate import PartialState
+
+    start = time.time()
+    run = prepare(recipe, CONFIG_CLASS)
+    args = run.args
+    # Held-out evaluation runs on the main process only; the others just train.
+    records = heldout_records(run.eval)
+    rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval)
+    measure = PartialState().is_main_process
+    heldout = heldout_contexts(records, run.eval, run.model, run.tokenizer) if measure else []
+    logger.info("training on %d conversations; %d held-out contexts", len(rows), len(heldout))
+    judge = eval_judge(run.eval) if heldout else None
+    before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
+    trainer = CollabSFTTrainer(
+        model=run.model,
+        args=args,
+        train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
+        processing_class=run.tokenizer,
+        peft_config=run.peft_config,
+        callbacks=default_callbacks(run),
+    )
+    train_result = trainer.train(resume_from_checkpoint=resume_point(args))
+    trainer.save_model(args.output_dir)
+    if not trainer.is_world_process_zero():
+        return
+    after = evaluate_followups(trainer.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
+    write_summary(
+        args.output_dir,
+        before,
+        after,
+        method="collab_sft",
+        train_on=args.train_on,
+        data=data_summary,
+        heldout={
+            "contexts": len(heldout),
+            "datasets": run.eval.datasets,
+            "answers": run.eval.responses,
+            "judge": getattr(judge, "name", None),
+        },
+        train_loss=train_result.training_loss,
+        wall_s=round(time.time() - start, 1),
+    )
+
+
+CONFIG_CLASS = CollabSFTConfig

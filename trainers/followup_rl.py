@@ -1,0 +1,221 @@
+"""Follow-up RL: GRPO where the policy writes the *user* turn after a context and a follow-up judge scores it.
+
+The prompt is a raw string: the context `[system?, user, assistant]` rendered with the model's own template and
+followed by the bare user header (`fic.chat.role_prefix`), with no assistant header added. TRL would tokenize a
+string prompt with the tokenizer's special tokens (a second BOS on Llama-style tokenizers, whose template already
+writes one); `FollowupRLTrainer` overrides only that step. The completion is the user turn, stopped by the
+template's end of user turn (added to the end tokens of both generation paths, transformers and vLLM).
+
+Rewards come from one registry (`fic.trainers.rewards.REWARDS`); `followup` asks the judge for a label: a genuine
+follow-up earns 1.0, each failure mode its configured penalty (0.0 unless set), a judge error `None` (TRL gives
+that completion no advantage and keeps it out of the group baseline). The judge sees the turn decoded with special
+tokens kept, so leaked template tokens count as `malformed_artifact`. The heuristic judge runs offline; the LLM
+judge runs over HTTP and its reward is async, so TRL awaits the requests concurrently. Every vLLM setting
+(`use_vllm`, `vllm_mode: colocate|server`, `vllm_server_*`) is GRPOConfig's own and passes through unchanged.
+
+`main(recipe)` also measures the genuine follow-up rate on the held-out contexts (`eval:` block) before and after
+training with the `eval.judge`, and records the reward curve in `OUTPUT_DIR/eval_summary.json` (`mean_reward`
+before = the first quarter of the logged steps, after = the last quarter).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, GRPOTrainer
+
+from fic.chat import turn_end_strings
+from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
+from fic.trainers.rewards import REWARDS, check_penalties, get_reward
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FollowupRLConfig(GRPOConfig):
+    r"""
+    Configuration for [`FollowupRLTrainer`]: TRL's `GRPOConfig` plus the contexts, rewards and reward judge.
+
+    Args:
+        contexts (`list[str]`, defaults to `[]`):
+            Datasets (`NAME:PATH` or `NAME`) whose items, with an answer, are the contexts the policy replies to.
+        context_limit (`int` or `None`, defaults to `None`):
+            Items read from each context dataset.
+        context_answers (`str`, defaults to `"data"`):
+            The answer in each training context: `data` (the data's reference) or `model` (the base model's greedy
+            answer, generated once before training). Held-out contexts follow `eval.responses`.
+        rewards (`list[str]`, defaults to `["followup"]`):
+            Reward names from `fic.trainers.rewards.REWARDS`; weight them with `reward_weights`.
+        penalties (`dict[str, float]`, defaults to `{}`):
+            Reward of each failure mode, e.g. `{"malformed_artifact": -1.0}`; unlisted ones earn 0.0.
+        reward_judge (`str`, defaults to `"heuristic"`):
+            Judge behind the `followup` reward: `heuristic` (offline), `llm` or `cascade` (HTTP).
+        reward_judge_base_url (`str` or `None`):
+            OpenAI-compatible chat endpoint of the LLM judge.
+        reward_judge_model (`str` or `None`):
+            Model name of the LLM judge at that endpoint.
+    """
+
+    contexts: list[str] = field(default_factory=list, metadata={"help": "Datasets whose items become contexts."})
+    context_limit: int | None = field(default=None, metadata={"help": "Items read from each context dataset."})
+    context_answers: str = field(default="data", metadata={"help": "Answer in training contexts: data or model."})
+    rewards: list[str] = field(
+        default_factory=lambda: ["followup"], metadata={"help": f"Rewards: any of {', '.join(REWARDS)}."}
+    )
+    penalties: dict[str, float] = field(default_factory=dict, metadata={"help": "Reward of each failure mode."})
+    reward_judge: str = field(default="heuristic", metadata={"help": "Judge: heuristic, llm or cascade."})
+    reward_judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint."})
+    reward_judge_model: str | None = field(default=None, metadata={"help": "LLM judge model name."})
+
+    def __post_init__(self):
+        unknown = [r for r in self.rewards if r not in REWARDS]
+        if unknown or not self.rewards:
+            raise ValueError(
+                f"rewards: unknown reward(s) {unknown or self.rewards}; valid rewards are {', '.join(REWARDS)}"
+            )
+        self.penalties = check_penalties(self.penalties)
+        if self.context_answers not in ("data", "model"):
+            raise ValueError(f"context_answers: unknown value {self.context_answers!r}; valid: data, model")
+        if self.reward_judge not in ("heuristic", "llm", "cascade"):
+            raise ValueError(f"reward_judge: unknown judge {self.reward_judge!r}; valid: heuristic, llm, cascade")
+        if self.reward_judge != "heuristic" and not (self.reward_judge_base_url and self.reward_judge_model):
+            raise ValueError(
+                f"reward_judge={self.reward_judge!r} needs reward_judge_base_url and reward_judge_model "
+                "(an OpenAI-compatible chat endpoint, e.g. a `vllm serve` of the judge model)"
+            )
+        super().__post_init__()
+
+
+def user_turn_end_ids(tokenizer) -> list[int]:
+    """Token ids of the template's end-of-user-turn strings that are single tokens (plus EOS)."""
+    ids = []
+    for text in turn_end_strings(tokenizer, "user"):
+        encoded = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(encoded) == 1 and encoded[0] not in ids:
+            ids.append(encoded[0])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+class FollowupRLTrainer(GRPOTrainer):
+    """`GRPOTrainer` for raw-text prompts that end in the user header; the completion is the next user turn."""
+
+    _tag_names = ["trl", "grpo", "fic", "followup-rl"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A user turn ends where the template ends it; make those tokens stop both generation paths.
+        end_ids = user_turn_end_ids(self._tokenizer)
+        self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *end_ids]))
+        if getattr(self, "generation_config", None) is not None:
+            self.generation_config.eos_token_id = self.eos_token_ids
+            self.generation_kwargs["eos_token_id"] = self.eos_token_ids
+        vllm = getattr(self, "vllm_generation", None)
+        if vllm is not None and "stop_token_ids" not in vllm.generation_kwargs:
+            vllm.generation_kwargs["stop_token_ids"] = self.eos_token_ids
+
+    def _tokenize_prompts(self, prompts: list):
+        if prompts and isinstance(prompts[0], str):
+            # The rendered prompt already holds BOS where the template writes one: add no special tokens.
+            return self._tokenizer(prompts, add_special_tokens=False)["input_ids"], None, {}
+        return super()._tokenize_prompts(prompts)
+
+
+def prompt_rows(tokenizer, contexts: list[dict]) -> list[dict]:
+    """GRPO rows: `prompt` (raw text ending in the user header) and `context` (the messages, for the reward)."""
+    from fic.followup_eval import probe_prompts
+
+    prompts = probe_prompts(tokenizer, [c["messages"] for c in contexts])
+    return [{"prompt": p, "context": c["messages"]} for p, c in zip(prompts, contexts)]
+
+
+def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
+    from fic.judges import make_judge
+
+    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model)
+    settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer))
+    return [get_reward(name, **settings) for name in args.rewards]
+
+
+def reward_curve(log_history: list[dict]) -> list[dict]:
+    """`[{"step", "reward", ...}]` from the trainer's logs (one point per logging step)."""
+    keys = ("reward", "reward_std", "followup/genuine_rate", "completions/mean_length", "completions/clipped_ratio")
+    return [
+        {"step": entry["step"], **{k: round(entry[k], 4) for k in keys if k in entry}}
+        for entry in log_history
+        if "reward" in entry
+    ]
+
+
+def curve_ends(curve: list[dict]) -> tuple[float | None, float | None]:
+    """Mean reward over the first and over the last quarter of the logged points (at least one point each)."""
+    if not curve:
+        return None, None
+    k = max(1, len(curve) // 4)
+    mean = lambda points: round(sum(p["reward"] for p in points) / len(points), 4)  # noqa: E731
+    return mean(curve[:k]), mean(curve[-k:])
+
+
+def main(recipe) -> None:
+    from accelerate import PartialState
+    from datasets import Dataset
+
+    from fic.data.followups import contexts_from_records, drop_overlap, load_records
+    from fic.trainers.collab_sft import (
+        eval_judge,
+        evaluate_followups,
+        heldout_contexts,
+        heldout_records,
+        local_backend,
+    )
+
+    start = time.time()
+    run = prepare(recipe, CONFIG_CLASS)
+    args, tokenizer = run.args, run.tokenizer
+    if not args.contexts:
+        raise ValueError("contexts: no datasets; name at least one (e.g. contexts=[gsm8k:PATH])")
+    # Held-out evaluation runs on the main process only; the others just train.
+    records = heldout_records(run.eval)
+    heldout = heldout_contexts(records, run.eval, run.model, tokenizer) if PartialState().is_main_process else []
+    backend = local_backend(run.model, tokenizer) if args.context_answers == "model" else None
+    records_train = load_records(args.contexts, args.context_limit)
+    contexts = contexts_from_records(records_train, args.context_answers, backend, tokenizer, run.eval.response_tokens)
+    contexts, dropped = drop_overlap(contexts, [r.messages for r in records])
+    if not contexts:
+        raise ValueError("contexts: no context left (items need a final user turn and an answer)")
+    logger.info(
+        "%d training contexts (%d held-out overlaps dropped), %d held-out", len(contexts), dropped, len(heldout)
+    )
+    judge = eval_judge(run.eval) if heldout else None
+    before = evaluate_followups(run.model, tokenizer, heldout, run.eval, judge) if heldout else {}
+    trainer = FollowupRLTrainer(
+        model=run.model,
+        reward_funcs=build_rewards(args, tokenizer),
+        args=args,
+        train_dataset=Dataset.from_list(prompt_rows(tokenizer, contexts)),
+        processing_class=tokenizer,
+        peft_config=run.peft_config,
+        callbacks=default_callbacks(run),
+    )
+    trainer.train(resume_from_checkpoint=resume_point(args))
+    trainer.save_model(args.output_dir)
+    if not trainer.is_world_process_zero():
+        return
+    after = evaluate_followups(trainer.model, tokenizer, heldout, run.eval, judge) if heldout else {}
+    curve = reward_curve(trainer.state.log_history)
+    first, last = curve_ends(curve)
+    before["mean_reward"], after["mean_reward"] = first, last
+    write_summary(
+        args.output_dir, before, after,
+        method="followup_rl", reward_curve=curve, rewards=args.rewards, penalties=args.penalties,
+        reward_judge=args.reward_judge, train_contexts=len(contexts), dropped_heldout_overlap=dropped,
+        heldout={"contexts": len(heldout), "datasets": run.eval.datasets, "answers": run.eval.responses,
+                 "judge": getattr(judge, "name", None)},
+        wall_s=round(time.time() - start, 1),
+    )  # fmt: skip
+
+
+CONFIG_CLASS = FollowupRLConfig

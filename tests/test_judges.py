@@ -486,3 +486,13 @@ def test_untrained_model_word_salad_is_not_genuine():
     # an ordinary English follow-up with a typo or two is still genuine
     ok = HeuristicJudge().judge([Case(context, "Why is it 36 and not 39? Can you show the multiplication?")])[0]
     assert ok.label == "genuine_followup"
+
+
+def test_repetition_is_degenerate():
+    """A loophole follow-up RL found: repeating a follow-up keyword ("again? again?") is not a follow-up."""
+    from fic.judges import HeuristicJudge
+
+    context = [{"role": "user", "content": "What is 12 times 3?"}, {"role": "assistant", "content": "12 times 3 is 36."}]
+    verdicts = HeuristicJudge().judge([Case(context, " again?  again?  again? a again?"),
+                                       Case(context, "why why why why is it 36")])  # fmt: skip
+    assert [v.label for v in verdicts] == ["degenerate_short", "degenerate_short"]

@@ -119,6 +119,8 @@ def turn_end_strings(tokenizer, role: str = "user") -> list[str]:
     follow = role_prefix(tokenizer, turn, role=other)
     ends: list[str] = []
     for text in (closed, follow):
+        if sentinel not in text:
+            raise ChatTemplateError(f"the chat template of {_name(tokenizer)!r} does not render a {role} message")
         tag = _leading_tag(text[text.index(sentinel) + len(sentinel) :])
         if tag and tag not in ends:
             ends.append(tag)

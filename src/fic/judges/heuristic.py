@@ -443,6 +443,11 @@ class HeuristicJudge:
                 DEGENERATE_SHORT, confidence, f"only {len(words)} word(s), no question", **scores
             ), None
 
+        stutter = any(words[i] == words[i + 1] == words[i + 2] for i in range(len(words) - 2))
+        if len(words) >= 4 and (len(set(words)) / len(words) < 0.5 or stutter):
+            why = f"repetitive: {len(set(words))} distinct of {len(words)} words"
+            return self._verdict(DEGENERATE_SHORT, 0.85, why, **scores), None
+
         if not any(c.isalpha() for c in text) and not asks:
             return self._verdict(DEGENERATE_SHORT, 0.7, "no words, only numbers or punctuation", **scores), None
 

@@ -437,6 +437,10 @@ def resolve_config(args: argparse.Namespace) -> EvalConfig:
 def evaluate_run(run_dir: str | Path, config: EvalConfig, only: list[str] | None = None, force: bool = False,
                  dtype: str | None = None, progress: bool = False) -> dict:  # fmt: skip
     """Evaluate the complete, not yet evaluated checkpoints of `run_dir`; return {"evaluated", "skipped"}."""
+    from safetensors import SafetensorError
+
+    from fic.modeling import ModelLoadError
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"RUN_DIR {str(run_dir)!r} is not a folder; pass a training output_dir")
@@ -466,7 +470,12 @@ def evaluate_run(run_dir: str | Path, config: EvalConfig, only: list[str] | None
         cleanup = None
         try:
             logger.info("evaluating %s", checkpoint)
-            backend, tokenizer, cleanup = make_backend(checkpoint, config.backend, config.batch_size, dtype)
+            try:
+                backend, tokenizer, cleanup = make_backend(checkpoint, config.backend, config.batch_size, dtype)
+            except (ModelLoadError, SafetensorError, OSError) as err:  # damaged files: skip it, evaluate the rest
+                logger.warning("%s: cannot load it, skipped: %s", checkpoint, err)
+                skipped.append((checkpoint.name, f"unreadable ({str(err).splitlines()[0]})"))
+                continue
             record = evaluate(backend, tokenizer, config, checkpoint / EVAL_DIR, model_path=checkpoint,
                               step=checkpoint_step(checkpoint), progress=progress)  # fmt: skip
             record_history(run_dir, record)

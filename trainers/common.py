@@ -83,24 +83,69 @@ def default_callbacks(run: Run) -> list:
     return callbacks
 
 
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """Why `checkpoint` cannot be resumed from, or None when it looks whole.
+
+    The Trainer writes `trainer_state.json` last, so a folder without it was cut off mid-save (a kill, a full disk);
+    weight, optimizer and RNG files are checked cheaply (safetensors headers, torch zip directories) so a damaged file
+    gives this one line instead of a traceback from deep inside the loaders.
+    """
+    import zipfile
+
+    checkpoint = Path(checkpoint)
+    state = checkpoint / "trainer_state.json"
+    if not state.is_file():
+        return "it has no trainer_state.json (its save was interrupted)"
+    try:
+        json.loads(state.read_text())
+    except (OSError, ValueError) as err:
+        return f"trainer_state.json is unreadable ({err})"
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    f.keys()
+            except Exception as err:  # SafetensorError and OSError: truncated, empty or not safetensors
+                return f"{path.name} is damaged ({err})"
+        elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
+            return f"{path.name} is damaged (not a complete torch file)"
+    return None
+
+
 def resume_point(args) -> str | bool | None:
     """What to pass as `trainer.train(resume_from_checkpoint=...)`.
 
     `resume_from_checkpoint` in a recipe may be a checkpoint folder, or `true` / `auto` for the latest checkpoint in
-    `output_dir` (nothing to resume from is fine: the run starts fresh).
+    `output_dir` that is whole: folders cut off by a kill during a save, or with damaged files, are skipped with a
+    warning (nothing to resume from is fine: the run starts fresh). A named folder that is not whole is an error.
     """
+    from fic.recipe import RecipeError
+
     value = getattr(args, "resume_from_checkpoint", None)
     if value in (None, "", "false", "False", False):
         return None
     if value in ("auto", "true", "True", True):
-        from transformers.trainer_utils import get_last_checkpoint
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-        last = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
-        if last is None:
-            logger.info("resume_from_checkpoint=%s: no checkpoint in %s, starting fresh", value, args.output_dir)
-        return last
+        out = Path(args.output_dir)
+        found = [p for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir()] if out.is_dir() else []
+        found = [p for p in found if p.name.split("-")[-1].isdigit()]
+        for checkpoint in sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+            problem = checkpoint_problem(checkpoint)
+            if problem is None:
+                logger.info("resume_from_checkpoint=%s: resuming from %s", value, checkpoint)
+                return str(checkpoint)
+            logger.warning("resume_from_checkpoint=%s: skipping %s: %s", value, checkpoint, problem)
+        logger.info("resume_from_checkpoint=%s: no usable checkpoint in %s, starting fresh", value, args.output_dir)
+        return None
     if not Path(value).is_dir():
-        from fic.recipe import RecipeError
-
         raise RecipeError(f"resume_from_checkpoint: {value!r} is not a checkpoint folder; use a path or `auto`")
+    problem = checkpoint_problem(value)
+    if problem is not None:
+        raise RecipeError(
+            f"resume_from_checkpoint: cannot resume from {value!r}: {problem}; pass an earlier checkpoint-N folder "
+            "or `auto` (the latest whole checkpoint)"
+        )
     return value

@@ -83,12 +83,20 @@ class HFBackend(Backend):
             raise ValueError(f"HFBackend(batch_size={batch_size!r}) must be an integer >= 1.")
         self.batch_size = batch_size
         if isinstance(model_or_path, (str, os.PathLike)):
+            from safetensors import SafetensorError
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from fic.modeling import _load_error
+
             path = str(model_or_path)
-            self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
             kwargs = {} if dtype is None else {"dtype": _resolve_dtype(dtype)}
-            self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            what = "tokenizer"
+            try:  # not cached and offline, or damaged files: one error naming the model and the fix
+                self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+                what = "model"
+                self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            except (OSError, ValueError, SafetensorError) as err:
+                raise _load_error(path, what, err) from None
             self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             self.model.eval()
         else:

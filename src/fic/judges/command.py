@@ -47,6 +47,10 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="judge model name for llm/cascade.")
     parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8).")
     parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply (default 2).")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request attempt (default 60).")
+    parser.add_argument(
+        "--max-retries", type=int, default=5, help="retries of a failed LLM request: 429, 5xx, timeouts (default 5)."
+    )
     parser.add_argument("--cache", type=Path, help="JSONL cache of LLM verdicts (by content hash); off by default.")
     parser.add_argument(
         "--threshold", type=float, default=0.85, help="cascade: heuristic confidence from which its verdict stands."
@@ -115,6 +119,8 @@ def build_judge(args: argparse.Namespace):
         concurrency=args.concurrency,
         max_reasks=args.max_reasks,
         cache=args.cache,
+        timeout=getattr(args, "timeout", 60.0),
+        max_retries=getattr(args, "max_retries", 5),
     )
 
 

@@ -115,12 +115,33 @@ class CollabSFTTrainer(SFTTrainer):
                         "%s: %d conversations have no %s turn and are dropped", dataset_name, before - len(dataset),
                         trained,
                     )  # fmt: skip
+                dataset = _drop_cut_conversations(dataset, args, dataset_name)
                 if len(dataset) == 0:
                     raise ValueError(
                         f"{dataset_name} dataset: no conversation has a {trained} turn to train on; "
                         "user follow-ups need an assistant turn before them"
                     )
         return super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+
+
+def _drop_cut_conversations(dataset, args, dataset_name):
+    """Warn about conversations longer than `max_length` (TRL cuts them) and drop those the cut leaves untrained."""
+    max_length = getattr(args, "max_length", None)
+    if not max_length:
+        return dataset
+    keep = slice(-max_length, None) if getattr(args, "truncation_mode", "keep_start") == "keep_end" else slice(max_length)
+    long = [len(ids) > max_length for ids in dataset["input_ids"]]
+    if not any(long):
+        return dataset
+    untrained = [
+        is_long and all(label == IGNORE_INDEX for label in labels[keep])
+        for is_long, labels in zip(long, dataset["labels"])
+    ]
+    logger.warning(
+        "%s: %d conversations are longer than max_length=%d and are cut (%s); %d of them lose every trained token "
+        "and are dropped", dataset_name, sum(long), max_length, args.truncation_mode, sum(untrained),
+    )  # fmt: skip
+    return dataset.select([i for i, drop in enumerate(untrained) if not drop])
 
 
 def local_backend(model, tokenizer):

@@ -15,17 +15,25 @@ from transformers import TrainerCallback
 logger = logging.getLogger(__name__)
 
 
+# One process-wide flag: the handler is process-wide too, so every callback instance must see the same request.
+_REQUESTED = {"signal": None}
+
+
+def _handle(signum, frame) -> None:
+    logger.warning("received signal %d: saving a checkpoint at the end of this step, then stopping", signum)
+    _REQUESTED["signal"] = signum
+
+
 class PreemptionCallback(TrainerCallback):
     """Save and stop at the next step end after SIGTERM (installed on every process)."""
 
     def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM,)):
-        self.requested = False
         for sig in signals:
-            signal.signal(sig, self._handle)
+            signal.signal(sig, _handle)
 
-    def _handle(self, signum, frame) -> None:
-        logger.warning("received signal %d: saving a checkpoint at the end of this step, then stopping", signum)
-        self.requested = True
+    @property
+    def requested(self) -> bool:
+        return _REQUESTED["signal"] is not None
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.requested:

@@ -87,7 +87,7 @@ def test_train_py_model_or_dataset_offline_fails_with_one_line(tiny, tmp_path):
     empty = tmp_path / "empty_cache"
     env = child_env(HF_HUB_CACHE=str(empty / "hub"), HF_DATASETS_CACHE=str(empty / "datasets"),
                     FIC_CACHE=str(empty / "fic"), FIC_SHARED_DATA=str(tmp_path / "no_shared_data"))  # fmt: skip
-    base = [sys.executable, "train.py", "recipe=collab_sft_tiny", "followup_contexts=[]", "eval.datasets=[]",
+    base = [sys.executable, "train.py", "recipe=collab_sft_tiny", "followup_contexts=[]", "eval.datasets=[]", "eval.enabled=false",
             "max_steps=1", "report_to=none"]  # fmt: skip
     cases = {
         "model": [f"output_dir={tmp_path / 'o1'}", "model_name_or_path=some-org/not-cached-model"],

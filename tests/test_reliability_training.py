@@ -35,7 +35,7 @@ def train_cmd(out: Path, *extra: str) -> list[str]:
         sys.executable, "train.py", "recipe=collab_sft_tiny", f"output_dir={out}", f"max_steps={MAX_STEPS}",
         "save_strategy=steps", f"save_steps={SAVE_STEPS}", "logging_steps=1", "seed=0", "full_determinism=true",
         "dataloader_num_workers=0", "dataset_limit=16", "per_device_train_batch_size=2", "followup_contexts=[]",
-        "eval.datasets=[]", "report_to=none", "resume_from_checkpoint=auto", *extra,
+        "eval.datasets=[]", "eval.enabled=false", "report_to=none", "resume_from_checkpoint=auto", *extra,
     ]  # fmt: skip
 
 

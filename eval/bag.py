@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fic.eval.clarify_text import cluster_by_meaning, matches_any_answer
-
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 logger = logging.getLogger(__name__)
@@ -294,13 +293,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from tqdm.auto import tqdm
+
+    from fic.errors import USER_ERRORS
     from fic.eval.clarify_io import append_record, check_config, read_done, write_json
     from fic.eval.regret_ambigqa import load_ambigqa
     from fic.eval.regret_scenarios import resolve_data_path
     from fic.eval.regret_user import check_profile
-    from tqdm.auto import tqdm
-
-    from fic.errors import USER_ERRORS
 
     try:
         if args.k < 1 or not 0 < args.agree <= 1 or args.items < 1:

@@ -175,7 +175,7 @@ def run_lic(backend, tokenizer, tasks: list[LiCTask], out_dir: str | Path, modes
     user = user or RuleUser()
     chunks = [tasks[i : i + chunk_size] for i in range(0, len(tasks), chunk_size)]
     jobs = [(mode, run, c, chunk) for mode in modes for run in range(runs) for c, chunk in enumerate(chunks)]
-    for mode, run, c, chunk in tqdm(jobs, desc="lic", disable=not progress, unit="chunk"):
+    for mode, run, _c, chunk in tqdm(jobs, desc="lic", disable=not progress, unit="chunk"):
         keys = {(mode, run, t.id) for t in chunk}
         if keys <= done:
             continue
@@ -216,7 +216,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="local path or hub id (transformers / vllm backends)")
     parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
     parser.add_argument("--base-url", help="OpenAI-compatible server for --backend openai")
-    parser.add_argument("--data", default="synthetic", help="`synthetic`, or NAME[:PATH] (lost_in_conversation, gsm8k)")
+    parser.add_argument(
+        "--data", default="synthetic", help="`synthetic`, or NAME[:PATH] (lost_in_conversation, gsm8k)"
+    )
     parser.add_argument("--modes", default="full,concat,sharded")
     parser.add_argument("--runs", type=int, default=1, help="runs per instruction (N)")
     parser.add_argument("--temperature", type=float, default=0.0)

@@ -27,7 +27,6 @@ from fic.eval.regret_policies import POLICIES, ReferencePolicy, get_policy
 from fic.eval.regret_scenarios import SCENARIOS, get_scenario, resolve_data_path
 from fic.eval.regret_tracker import LLMTracker, RuleTracker
 from fic.eval.regret_user import PROFILES, LLMUser, SimulatedUser, check_profile
-
 from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
 
 logger = logging.getLogger(__name__)

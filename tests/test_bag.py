@@ -3,9 +3,9 @@
 import json
 import math
 
-import fic.eval.bag as bag
 import pytest
 
+import fic.eval.bag as bag
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile
 
 

@@ -60,7 +60,9 @@ def test_inconsistent_template_raises_naming_tokenizer():
     tok = build_tokenizer("chatml")
     tok.name_or_path = "weird-template"
     # A template whose text depends on the content of the new turn cannot give one prefix.
-    tok.chat_template = "{% for m in messages %}<{{ m['content'] | length }}>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    tok.chat_template = (
+        "{% for m in messages %}<{{ m['content'] | length }}>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    )
     with pytest.raises(chat.ChatTemplateError, match="weird-template"):
         chat.role_prefix(tok, CONTEXT)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{{ m['content'] }}{% endfor %}"

@@ -477,7 +477,10 @@ def test_untrained_model_word_salad_is_not_genuine():
     """Text from a random-init model (word fragments, broken bytes) must never count as a genuine follow-up."""
     from fic.judges import HeuristicJudge
 
-    context = [{"role": "user", "content": "What is 12 times 3?"}, {"role": "assistant", "content": "12 times 3 is 36."}]
+    context = [
+        {"role": "user", "content": "What is 12 times 3?"},
+        {"role": "assistant", "content": "12 times 3 is 36."},
+    ]
     salad = ["imtum ftes doivent alnt ivent alnt ivent orter", "ousandages ppl ysays detailorter watif bo",
              "igh-pD agve iles epagZz e gor 9 noden n sum", "im* 2\ufffd\ufffd: step youiided"]  # fmt: skip
     verdicts = HeuristicJudge().judge([Case(context, text) for text in salad])
@@ -492,7 +495,10 @@ def test_repetition_is_degenerate():
     """A loophole follow-up RL found: repeating a follow-up keyword ("again? again?") is not a follow-up."""
     from fic.judges import HeuristicJudge
 
-    context = [{"role": "user", "content": "What is 12 times 3?"}, {"role": "assistant", "content": "12 times 3 is 36."}]
+    context = [
+        {"role": "user", "content": "What is 12 times 3?"},
+        {"role": "assistant", "content": "12 times 3 is 36."},
+    ]
     verdicts = HeuristicJudge().judge([Case(context, " again?  again?  again? a again?"),
                                        Case(context, "why why why why is it 36")])  # fmt: skip
     assert [v.label for v in verdicts] == ["degenerate_short", "degenerate_short"]

@@ -45,7 +45,9 @@ def test_modes_and_turns(tmp_path):
     # the model only knows the answer once the last shard is out: 3 turns, one user message per shard
     assert all(r["n_turns"] == 3 for r in sharded)
     by_id = {t.id: t for t in tasks}
-    assert all([m["content"] for m in r["messages"] if m["role"] == "user"] == by_id[r["task_id"]].shards for r in sharded)
+    assert all(
+        [m["content"] for m in r["messages"] if m["role"] == "user"] == by_id[r["task_id"]].shards for r in sharded
+    )
     assert [m["role"] for m in sharded[0]["messages"]] == ["user", "assistant"] * 3
     assert (tmp_path / "summary.json").exists() and (tmp_path / "lic.png").stat().st_size > 0
 

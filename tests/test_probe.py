@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from conftest import SHARED_DATA
 from transformers import AutoTokenizer
 
-from conftest import SHARED_DATA
 from fic.eval import probe
 from fic.eval.probe_summary import flat_metrics, summarize
 from fic.judges import Verdict
@@ -25,7 +25,9 @@ class RecordingBackend:
         if self.fail_after is not None and self.calls > self.fail_after:
             raise KeyboardInterrupt("simulated kill")
         self.prompts.extend(prompts)
-        return [[f"Why is it {len(p) % 7 + s + int(params.temperature * 10)}?" for s in range(params.n)] for p in prompts]
+        return [
+            [f"Why is it {len(p) % 7 + s + int(params.temperature * 10)}?" for s in range(params.n)] for p in prompts
+        ]
 
 
 class EveryOtherJudge:

@@ -3,6 +3,7 @@
 import re
 
 from conftest import ROOT
+
 from fic.cli import COMMANDS
 
 README = (ROOT / "README.md").read_text()

@@ -5,9 +5,9 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import ROOT
 from trl import SFTConfig
 
-from conftest import ROOT
 from fic.modeling import ModelArguments
 from fic.recipe import RecipeError, coerce, load_raw, parse
 

@@ -2,8 +2,9 @@
 
 import json
 
-import fic.eval.regret as regret_mod
 import pytest
+
+import fic.eval.regret as regret_mod
 from fic.eval.clarify_io import read_done
 from fic.eval.regret_user import PROFILES
 

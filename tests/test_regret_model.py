@@ -4,8 +4,9 @@ A random model emits garbage; the point is that every path runs and writes well-
 
 import json
 
-import fic.eval.regret as regret_mod
 import pytest
+
+import fic.eval.regret as regret_mod
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import math
 import random
 
 import pytest
+
 from fic.eval.clarify_planner import GreedyPlanner
 from fic.eval.regret_ambigqa import AmbigQAScenario
 from fic.eval.regret_episode import run_episode

@@ -3,6 +3,7 @@
 import random
 
 import pytest
+
 from fic.eval.regret_ambigqa import AmbigQAScenario, intent_span
 from fic.eval.regret_products import ProductScenario
 from fic.eval.regret_scenarios import Evidence, after_correction, resolve_data_path

@@ -129,7 +129,9 @@ def _drop_cut_conversations(dataset, args, dataset_name):
     max_length = getattr(args, "max_length", None)
     if not max_length:
         return dataset
-    keep = slice(-max_length, None) if getattr(args, "truncation_mode", "keep_start") == "keep_end" else slice(max_length)
+    keep = (
+        slice(-max_length, None) if getattr(args, "truncation_mode", "keep_start") == "keep_end" else slice(max_length)
+    )
     long = [len(ids) > max_length for ids in dataset["input_ids"]]
     if not any(long):
         return dataset

@@ -59,7 +59,9 @@ def lic_scores(scores_by_task: dict[str, list[float]]) -> dict:
 
 def _paired(a: list, b: list) -> None:
     if len(a) != len(b):
-        raise ValueError(f"the two rating lists differ in length ({len(a)} vs {len(b)}); pair them item by item first.")
+        raise ValueError(
+            f"the two rating lists differ in length ({len(a)} vs {len(b)}); pair them item by item first."
+        )
     if not a:
         raise ValueError("agreement needs at least one rated item; both lists are empty.")
 

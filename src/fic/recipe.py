@@ -170,9 +170,7 @@ def _build(cls: type, values: dict, prefix: str = "") -> Any:
         try:
             kwargs[key] = coerce(value, fields[key])
         except (TypeError, ValueError, KeyError):
-            raise RecipeError(
-                f"{prefix}{key}: invalid value {value!r} (expected {_type_name(fields[key])})"
-            ) from None
+            raise RecipeError(f"{prefix}{key}: invalid value {value!r} (expected {_type_name(fields[key])})") from None
     try:
         return cls(**kwargs)
     except TypeError as err:  # a required field is missing
@@ -187,9 +185,7 @@ def _unknown(key: str, valid: list[str], where: str) -> RecipeError:
     return RecipeError(f"unknown key {key!r} {where}.{hint} (valid keys are listed by `fic recipe-keys METHOD`)")
 
 
-def parse(
-    name: str, raw: dict, flat: list[type], nested: dict[str, type] | None = None
-) -> Recipe:
+def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None = None) -> Recipe:
     """Split the merged mapping `raw` across the `flat` dataclasses and the `nested` blocks and build each one.
 
     A flat key goes to every flat dataclass that has a field of that name (TRL configs and `ModelConfig` share a

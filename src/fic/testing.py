@@ -65,7 +65,11 @@ FAMILIES: dict[str, dict] = {
     },
     "llama3": {
         "template": LLAMA3_TEMPLATE,
-        "special": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|finetune_right_pad|>"},
+        "special": {
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|eot_id|>",
+            "pad_token": "<|finetune_right_pad|>",
+        },
         "extra": ["<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"],
         "turn_end": ["<|eot_id|>"],
     },

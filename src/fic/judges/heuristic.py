@@ -404,7 +404,9 @@ class HeuristicJudge:
 
         control = _CONTROL.search(text)
         if control:
-            return self._verdict(MALFORMED_ARTIFACT, 0.95, f"undecodable byte or control character {control.group(0)!r}"), None
+            return self._verdict(
+                MALFORMED_ARTIFACT, 0.95, f"undecodable byte or control character {control.group(0)!r}"
+            ), None
         share, n_alpha = _vocabulary_share(text)
         if n_alpha >= 3 and share < cfg.min_vocabulary_share:
             # Word salad from an untrained or broken model; a language the English vocabulary lacks lands here too,

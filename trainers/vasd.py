@@ -1,0 +1,819 @@
+"""View-Asymmetric Self-Distillation (VASD), on TRL's `DistillationTrainer`.
+
+One task, two views. The **teacher view** (`teacher_prompt`) is the fully specified single-turn prompt; the
+**student view** (`prompt`) is the same information delivered over several user turns (Lost-in-Conversation style).
+The same model is both: its next-token distributions on a response under the teacher view are distilled into the
+student view, so what the model can do when it is told everything at once carries over to conversations where the
+information arrives in pieces. There is no stronger external teacher.
+
+For every example of a batch:
+
+1. Choose the student view: the multi-turn `prompt`, or, for rows given as `shards`, the conversation the current
+   student plays itself (it answers every shard but the last, greedily, as the Lost-in-Conversation evaluation
+   does; with earlier replies fixed in advance the trained model meets different replies of its own at test time),
+   or, with probability `single_turn_mix`, the teacher's own single-turn prompt (replay: the loss then anchors the
+   single-turn behaviour to the teacher, which keeps it from eroding while the multi-turn behaviour moves).
+2. Choose the response: with probability `lmbda` the student samples it in the student view (on-policy, through the
+   model's `generate` or TRL's vLLM path); otherwise the dataset's `completion`, or, without one, a sample of the
+   teacher in the teacher view.
+3. Build both sequences by concatenating token ids: `student_prompt_ids + response_ids` and
+   `teacher_prompt_ids + response_ids`, the same response ids in both (never re-tokenised joined text). Prompts
+   are left-padded and responses right-padded, so the last `C` positions of both sequences predict the same response
+   tokens however much the prompts differ in length.
+4. Loss (`mode="token"`): the token-level generalised JSD (`beta`: 0 forward KL, 1 reverse KL) between the student's
+   and the teacher's distributions at `temperature`, on the response tokens, computed from hidden states and the
+   `lm_head` in chunks (`fic.losses.chunked_generalized_jsd`) and normalised by the response tokens of the whole
+   accumulated batch. `mode="sequence"` is the sequence-level variant: the teacher samples responses in the teacher
+   view (optionally kept only when `answer_checker` accepts them, `filter_correct`) and the student is trained on
+   them in the student view with the negative log-likelihood.
+
+Teachers (`teacher_mode`): `base` (default) is the frozen initial model; with LoRA it is the same model with the
+adapter disabled for the teacher pass, so no second copy of the weights exists; without LoRA it is a frozen copy.
+`live` is the current weights without gradient (DESIGN.md records it collapsing to constant answers on a tiny model,
+hence not the default). `ema` is an exponential moving average of the student (a second LoRA adapter under pure-LoRA
+training, a frozen copy otherwise), updated every `teacher_sync_steps` with `teacher_update_rate`; TRL's SDFT
+callbacks do the averaging.
+
+Prompts are never cut silently: a prompt longer than `max_prompt_length` / `max_teacher_prompt_length` is an error
+unless `prompt_truncation="left"` is set explicitly (the oldest tokens are then dropped and counted in
+`vasd/truncated_prompts`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import is_peft_model
+from trl import DistillationConfig, DistillationTrainer
+from trl.models import prepare_deepspeed, unwrap_model_for_generation
+from trl.trainer.utils import create_model_from_path, get_config_model_id, pad, use_adapter
+
+from fic.losses import chunked_generalized_jsd, chunked_nll
+
+logger = logging.getLogger(__name__)
+
+TEACHER_MODES = ("base", "live", "ema")
+MODES = ("token", "sequence")
+TRUNCATION = ("error", "left")
+
+
+@dataclass
+class VASDConfig(DistillationConfig):
+    r"""
+    Configuration for [`VASDTrainer`]: TRL's `DistillationConfig` plus the two views, the teacher and the mixing.
+
+    Inherited fields keep their TRL meaning: `beta` (0 forward KL, 1 reverse KL, else generalised JSD),
+    `temperature` (sampling and loss), `max_completion_length`, the generation and vLLM fields.
+
+    Args:
+        teacher_mode (`str`, defaults to `"base"`):
+            The teacher: `base` (the frozen initial model; with LoRA the adapter is disabled for the teacher pass, no
+            second copy of the weights), `live` (the current weights, no gradient) or `ema` (an exponential moving
+            average of the student).
+        teacher_update_rate (`float`, defaults to `0.05`):
+            EMA rate for `teacher_mode="ema"`: `teacher = (1 - rate) * teacher + rate * student`.
+        teacher_sync_steps (`int`, defaults to `1`):
+            Optimizer steps between two EMA updates.
+        mode (`str`, defaults to `"token"`):
+            `token`: token-level divergence to the teacher's distributions on each response. `sequence`: the teacher
+            samples responses in the teacher view and the student is trained on them with the log-likelihood.
+        lmbda (`float`, defaults to `0.0`):
+            Fraction of examples whose response the student samples in the student view (on-policy). The others use
+            the `completion` column, or a teacher sample in the teacher view when there is none. `token` mode only.
+        single_turn_mix (`float`, defaults to `0.5`):
+            Fraction of training examples whose student view is replaced by the teacher's single-turn prompt (replay),
+            which keeps the single-turn behaviour from eroding. Replay protects the phrasings it replays: put every
+            single-turn phrasing you care about into `teacher_prompt` across the dataset.
+        rollout_temperature (`float`, defaults to `0.0`):
+            For rows given as `shards` (see [`VASDTrainer`]): temperature at which the current student writes its
+            replies to the earlier shards (`0` is greedy, as the Lost-in-Conversation evaluation decodes).
+        rollout_max_new_tokens (`int` or `None`, defaults to `None`):
+            Longest reply to an earlier shard; `None` uses `max_completion_length`.
+        filter_correct (`bool`, defaults to `False`):
+            `sequence` mode: keep a teacher sample only when the trainer's `answer_checker(example, text)` accepts it.
+        max_prompt_length (`int` or `None`, defaults to `None`):
+            Longest student prompt in tokens; `None` for no limit.
+        max_teacher_prompt_length (`int` or `None`, defaults to `None`):
+            Longest teacher prompt in tokens; `None` for no limit.
+        prompt_truncation (`str`, defaults to `"error"`):
+            What a prompt over its limit does: `error` (raise, naming the example) or `left` (drop its oldest tokens,
+            counted in `vasd/truncated_prompts`; the teacher may then lose task information).
+        loss_token_chunk_size (`int` or `None`, defaults to `None`):
+            Response tokens per call of the chunked divergence (bounds its peak memory); `None` for TRL's 4096.
+
+        > Data (used by `main(recipe)`)
+
+        train_data (`str` or `None`, defaults to `None`):
+            A JSONL file of VASD rows: `prompt` and `teacher_prompt` (lists of messages), optionally `completion`.
+        synthetic_tasks (`int`, defaults to `0`):
+            Build rows from this many `fic.data.synthetic` training tasks instead: the student view is the sharded
+            conversation in which the current student answers the earlier shards itself, the teacher view one
+            single-turn phrasing. P_full / P_concat / P_sharded are measured before and after on `synthetic_eval_tasks` test
+            tasks. With `model_name_or_path: vasd_tiny` the tiny base is trained (or read from its cache) first.
+        synthetic_eval_tasks (`int`, defaults to `500`):
+            Test-split tasks measured before and after training.
+        synthetic_task_steps (`int`, defaults to `1`):
+            Update steps per synthetic task (1 gives three shards, 2 four).
+
+    > [!NOTE]
+    > `beta` keeps TRL's default (`1.0`, reverse KL); the tiny run uses `0.0` (forward KL on teacher samples).
+    """
+
+    teacher_mode: str = field(default="base", metadata={"help": "Teacher: base, live or ema."})
+    teacher_update_rate: float = field(default=0.05, metadata={"help": "EMA rate for teacher_mode=ema."})
+    teacher_sync_steps: int = field(default=1, metadata={"help": "Optimizer steps between EMA teacher updates."})
+    mode: str = field(default="token", metadata={"help": "token (divergence) or sequence (NLL on teacher samples)."})
+    lmbda: float = field(
+        default=0.0, metadata={"help": "Fraction of responses sampled on-policy in the student view."}
+    )
+    single_turn_mix: float = field(
+        default=0.5, metadata={"help": "Fraction of examples whose student view is the teacher's single-turn prompt."}
+    )
+    filter_correct: bool = field(
+        default=False, metadata={"help": "sequence mode: keep only teacher samples the answer checker accepts."}
+    )
+    rollout_temperature: float = field(
+        default=0.0, metadata={"help": "Sampling temperature of the student's own earlier turns (0 = greedy)."}
+    )
+    rollout_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Longest earlier-turn reply (tokens); None for max_completion_length."}
+    )
+    max_prompt_length: int | None = field(default=None, metadata={"help": "Longest student prompt (tokens)."})
+    max_teacher_prompt_length: int | None = field(default=None, metadata={"help": "Longest teacher prompt (tokens)."})
+    prompt_truncation: str = field(default="error", metadata={"help": "Over-long prompts: error or left."})
+    loss_token_chunk_size: int | None = field(
+        default=None, metadata={"help": "Response tokens per chunked-divergence call (peak memory bound)."}
+    )
+    train_data: str | None = field(default=None, metadata={"help": "JSONL of rows with prompt and teacher_prompt."})
+    synthetic_tasks: int = field(default=0, metadata={"help": "Train on this many fic.data.synthetic tasks instead."})
+    synthetic_eval_tasks: int = field(default=500, metadata={"help": "Synthetic test tasks measured before/after."})
+    synthetic_task_steps: int = field(default=1, metadata={"help": "Update steps per synthetic task."})
+
+    def __post_init__(self):
+        if self.teacher_mode not in TEACHER_MODES:
+            raise ValueError(f"teacher_mode: unknown teacher {self.teacher_mode!r}; valid: {', '.join(TEACHER_MODES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode: unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
+        if self.prompt_truncation not in TRUNCATION:
+            raise ValueError(
+                f"prompt_truncation: unknown value {self.prompt_truncation!r}; valid: {', '.join(TRUNCATION)}"
+            )
+        for name in ("lmbda", "single_turn_mix"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: expected a fraction in [0, 1], got {value!r}")
+        if not 0.0 < self.teacher_update_rate <= 1.0:
+            raise ValueError(f"teacher_update_rate: expected a value in (0, 1], got {self.teacher_update_rate!r}")
+        if self.teacher_model_name_or_path is not None:
+            raise ValueError(
+                f"teacher_model_name_or_path: {self.teacher_model_name_or_path!r} is not used by VASD, whose teacher is "
+                "the model itself (pick it with teacher_mode: base, live or ema); remove the key"
+            )
+        if self.rollout_temperature < 0:
+            raise ValueError(f"rollout_temperature: expected >= 0 (0 = greedy), got {self.rollout_temperature!r}")
+        if self.teacher_sync_steps < 1:
+            raise ValueError(f"teacher_sync_steps: expected at least 1, got {self.teacher_sync_steps!r}")
+        if self.mode == "sequence" and self.lmbda > 0:
+            raise ValueError(
+                f"lmbda: {self.lmbda} has no meaning with mode='sequence', which trains on teacher samples; set lmbda=0"
+            )
+        if self.filter_correct and self.mode != "sequence":
+            raise ValueError("filter_correct: only used with mode='sequence' (token mode has no accept step)")
+        if self.synthetic_tasks < 0 or self.synthetic_eval_tasks < 0:
+            raise ValueError("synthetic_tasks / synthetic_eval_tasks: expected non-negative task counts")
+        if self.synthetic_task_steps not in (1, 2, 3):
+            raise ValueError(f"synthetic_task_steps: expected 1, 2 or 3, got {self.synthetic_task_steps!r}")
+        for name in (
+            "max_prompt_length",
+            "max_teacher_prompt_length",
+            "loss_token_chunk_size",
+            "rollout_max_new_tokens",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: expected a positive number of tokens or None, got {value!r}")
+        super().__post_init__()
+
+
+def _logit_scale(config) -> float:
+    """The logit multiplier a model applies before the softmax (1.0 for most; as TRL's DistillationTrainer reads it)."""
+    for name in ("logit_scale", "output_multiplier", "lm_head_multiplier"):
+        value = getattr(config, name, None)
+        if value is not None:
+            return float(value)
+    scaling = getattr(config, "logits_scaling", None)
+    if scaling is not None:
+        return float(scaling) if config.model_type == "hyperclovax" else 1.0 / float(scaling)
+    return 1.0
+
+
+def _completion_text(completion) -> str:
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and all(isinstance(m, dict) for m in completion):
+        roles = {m.get("role") for m in completion}
+        if roles != {"assistant"}:
+            raise ValueError(f"completion: expected assistant messages only, got roles {sorted(map(str, roles))}")
+        return "".join(m["content"] for m in completion)
+    raise ValueError(f"completion: expected a string or a list of assistant messages, got {completion!r:.80}")
+
+
+class VASDTrainer(DistillationTrainer):
+    """Self-distillation from the single-turn view (`teacher_prompt`) into the multi-turn view (`prompt`).
+
+    Args:
+        model: the model to train (hub id, local path, `PreTrainedModel` or `PeftModel`); it is also the teacher.
+        args (`VASDConfig`): the configuration.
+        train_dataset / eval_dataset: datasets with `prompt` (student view, conversational messages) or `shards`
+            (a list of user turns: the student view is then played by the current student, which answers every
+            shard but the last, see `rollout_student_views`), `teacher_prompt` (teacher view, conversational
+            messages) and optionally `completion` (a string or assistant messages).
+        processing_class: the tokenizer (loaded from the model when `None`).
+        callbacks, optimizers: as for `transformers.Trainer`.
+        peft_config: a `peft.LoraConfig` to train LoRA adapters (then the `base` teacher costs no extra weights).
+        answer_checker: `callable(example: dict, completion_text: str) -> bool`, required by `filter_correct`.
+
+    The public helpers `build_views` (token ids of both views for given examples and responses) and
+    `teacher_context` (the context in which a forward of `self.model` is the teacher) are what the tests and the
+    tiny pipeline use.
+    """
+
+    _tag_names = ["trl", "distillation", "fic", "vasd"]
+    _name = "VASD"
+
+    def __init__(
+        self,
+        model,
+        args: VASDConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        answer_checker: Callable[[dict, str], bool] | None = None,
+    ):
+        if args is None:
+            args = VASDConfig(output_dir="vasd-output")
+        if not isinstance(args, VASDConfig):
+            raise TypeError(f"args: expected a VASDConfig, got {type(args).__name__}")
+        if args.filter_correct and answer_checker is None:
+            raise ValueError("answer_checker: filter_correct=True needs an answer_checker(example, text) -> bool")
+        for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            self._check_columns(name, dataset)
+        self.answer_checker = answer_checker
+        # A frozen copy is taken before TRL wraps anything (deep-copying a prepared model is not safe).
+        needs_copy = args.teacher_mode in ("base", "ema") and peft_config is None and not is_peft_model(model)
+        frozen = copy.deepcopy(model) if needs_copy and not isinstance(model, str) else None
+        super().__init__(
+            model=model,
+            teacher_model=None,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
+        self._rng = random.Random(args.seed + 7919 * self.accelerator.process_index)
+        self._end_of_turn_ids = None
+        self._setup_teacher(frozen if needs_copy else None, needs_copy)
+        self._loss_stats = None
+
+    @staticmethod
+    def _check_columns(name: str, dataset) -> None:
+        if dataset is None:
+            return
+        datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
+        for ds in datasets:
+            columns = getattr(ds, "column_names", None)
+            if columns is None:
+                continue
+            missing = [c for c in ("teacher_prompt",) if c not in columns]
+            if "prompt" not in columns and "shards" not in columns:
+                missing.insert(0, "prompt")
+            if missing:
+                raise ValueError(
+                    f"{name}: missing column(s) {missing}; VASD needs `prompt` (student view, multi-turn messages) or "
+                    f"`shards` (user turns the student answers itself), and `teacher_prompt` (teacher view, "
+                    f"single-turn messages); found {columns}"
+                )
+
+    # ------------------------------------------------------------------ teacher
+
+    def _setup_teacher(self, frozen, needs_copy: bool) -> None:
+        """Resolve `teacher_mode` x PEFT into the teacher (see the module docstring)."""
+        mode = self.args.teacher_mode
+        student = self.accelerator.unwrap_model(self.model)
+        self._teacher_adapter = None
+        self.teacher_model = None  # None: the teacher is `self.model` under `teacher_context()`
+        if mode == "live":
+            return
+        if is_peft_model(student):
+            if mode == "base":
+                return
+            from trl.experimental.sdft.teacher_sync import PEFTAdapterEMACallback, is_pure_lora_training
+
+            if not is_pure_lora_training(student):
+                raise ValueError(
+                    "teacher_mode: 'ema' with a PEFT model that trains more than LoRA weights is not supported; train "
+                    "pure LoRA, train without PEFT, or use teacher_mode='base'"
+                )
+            self._teacher_adapter = "teacher"
+            self.add_callback(
+                PEFTAdapterEMACallback(
+                    model=self.model,
+                    teacher_adapter_name=self._teacher_adapter,
+                    update_rate=self.args.teacher_update_rate,
+                    sync_steps=self.args.teacher_sync_steps,
+                    accelerator=self.accelerator,
+                )
+            )
+            return
+        if frozen is None:
+            # Built from its path (as TRL's SDFT does) when the student was given as a path.
+            kwargs = dict(self.args.model_init_kwargs or {})
+            kwargs.setdefault("dtype", student.dtype)
+            frozen = create_model_from_path(get_config_model_id(student.config), **kwargs)
+        frozen.requires_grad_(False)
+        frozen.eval()
+        if self.is_deepspeed_enabled:
+            self.teacher_model = prepare_deepspeed(frozen, self.accelerator)
+        else:
+            self.teacher_model = self.accelerator.prepare_model(frozen, evaluation_mode=True)
+        if mode == "ema":
+            from trl.experimental.sdft.teacher_sync import SyncTeacherModelCallback
+
+            self.add_callback(SyncTeacherModelCallback(teacher_model=self.teacher_model, accelerator=self.accelerator))
+
+    @property
+    def teacher_is_student(self) -> bool:
+        """True when the teacher pass runs `self.model` itself (live, base+LoRA, EMA adapter): no second copy."""
+        return self.teacher_model is None
+
+    @contextmanager
+    def teacher_context(self):
+        """Inside it, a forward of `self.model` computes the teacher (adapter off / EMA adapter on), in eval mode."""
+        if not self.teacher_is_student:
+            yield
+            return
+        student = self.accelerator.unwrap_model(self.model)
+        if self.args.teacher_mode == "base" and is_peft_model(student):
+            adapter = use_adapter(student, adapter_name=None)
+        elif self._teacher_adapter is not None:
+            adapter = use_adapter(student, adapter_name=self._teacher_adapter)
+        else:
+            adapter = nullcontext()
+        was_training = student.training
+        student.train(False)  # no dropout in the teacher pass
+        try:
+            with adapter:
+                yield
+        finally:
+            student.train(was_training)
+
+    # ------------------------------------------------------------------ data
+
+    def _set_signature_columns_if_needed(self):
+        if self._signature_columns is None:
+            self._signature_columns = ["prompt", "shards", "teacher_prompt", "completion"]
+
+    def _end_of_turn(self) -> list[int]:
+        """Token ids that close an assistant turn under this template (appended to dataset completions)."""
+        if self._end_of_turn_ids is None:
+            from fic.chat import turn_end_strings
+
+            end = turn_end_strings(self._tokenizer, role="assistant")[0]
+            self._end_of_turn_ids = self._tokenizer(end, add_special_tokens=False)["input_ids"]
+        return self._end_of_turn_ids
+
+    def _fit(self, ids_list: list[list[int]], limit: int | None, field_name: str, counter: list[int]):
+        if limit is None:
+            return ids_list
+        out = []
+        for i, ids in enumerate(ids_list):
+            if len(ids) <= limit:
+                out.append(ids)
+                continue
+            if self.args.prompt_truncation == "error":
+                raise ValueError(
+                    f"{field_name}: a prompt of the batch (position {i}) has {len(ids)} tokens, more than "
+                    f"{field_name}={limit}. Raise {field_name}, shorten the data, or set prompt_truncation='left' to "
+                    "drop the oldest tokens (the teacher may then lose task information)"
+                )
+            counter[0] += 1
+            out.append(ids[-limit:])
+        return out
+
+    def _tokenize_views(self, student_prompts: list, teacher_prompts: list):
+        student_ids = self._tokenize_prompts(student_prompts)[0]
+        teacher_ids = self._tokenize_prompts(teacher_prompts)[0]
+        student_ids = [list(ids) for ids in student_ids]
+        teacher_ids = [list(ids) for ids in teacher_ids]
+        truncated = [0]
+        student_ids = self._fit(student_ids, self.args.max_prompt_length, "max_prompt_length", truncated)
+        teacher_ids = self._fit(
+            teacher_ids, self.args.max_teacher_prompt_length, "max_teacher_prompt_length", truncated
+        )
+        return student_ids, teacher_ids, truncated[0]
+
+    def _generate_with(self, prompt_ids: list[list[int]], as_teacher: bool, generation_config=None) -> list[list[int]]:
+        """Sample one response per prompt with the student, or with the teacher (transformers `generate`).
+
+        The student's responses go through TRL's own path (transformers or vLLM; vLLM holds the live weights)
+        unless a `generation_config` of its own is given (the greedy earlier-turn rollouts)."""
+        if not prompt_ids:
+            return []
+        if generation_config is None and (not as_teacher or (self.args.teacher_mode == "live" and self.use_vllm)):
+            return self._generate_single_turn(prompt_ids, None, {})
+        device = self.accelerator.device
+        tensors = [torch.tensor(ids) for ids in prompt_ids]
+        input_ids = pad(tensors, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)
+        attention_mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left").to(device)
+        target = self.model_wrapped if (self.teacher_is_student or not as_teacher) else self.teacher_model
+        with (
+            unwrap_model_for_generation(
+                target,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+            ) as unwrapped,
+            torch.no_grad(),
+            self.teacher_context() if as_teacher else nullcontext(),
+        ):
+            out = unwrapped.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=generation_config or self.generation_config,
+            )
+        completions = []
+        eos = set(self.eos_token_ids)
+        for row in out[:, input_ids.size(1) :].tolist():
+            cut = next((i + 1 for i, tok in enumerate(row) if tok in eos), len(row))
+            completions.append(row[:cut])
+        return completions
+
+    def rollout_student_views(self, shards_list: list[list[str]]) -> list[list[dict]]:
+        """Student views for rows given as shards: the current student answers every shard but the last.
+
+        Episodes are played in lockstep, one batched generation per turn (greedy at `rollout_temperature=0`), so
+        the student is trained in the conversations it produces itself, as the Lost-in-Conversation evaluation
+        plays them. Returns `sharded_view(shards, replies)` per row (ends with the last user shard).
+        """
+        from fic.chat import sharded_view
+
+        if not shards_list:
+            return []
+        for shards in shards_list:
+            if not isinstance(shards, list) or not shards or not all(isinstance(x, str) and x for x in shards):
+                raise ValueError(f"shards: expected a non-empty list of non-empty strings, got {shards!r:.80}")
+        config = copy.deepcopy(self.generation_config)
+        config.max_new_tokens = self.args.rollout_max_new_tokens or self.max_completion_length
+        if self.args.rollout_temperature == 0:
+            config.do_sample, config.temperature, config.top_p, config.top_k, config.min_p = (
+                False,
+                None,
+                None,
+                None,
+                None,
+            )
+        else:
+            config.do_sample, config.temperature = True, self.args.rollout_temperature
+        replies: list[list[str]] = [[] for _ in shards_list]
+        for turn in range(max(len(s) for s in shards_list) - 1):
+            active = [i for i, s in enumerate(shards_list) if turn < len(s) - 1]
+            convos = [sharded_view(shards_list[i][: turn + 1], replies[i]) for i in active]
+            prompt_ids = [list(ids) for ids in self._tokenize_prompts(convos)[0]]
+            outputs = self._generate_with(prompt_ids, as_teacher=False, generation_config=config)
+            texts = self._tokenizer.batch_decode(outputs, skip_special_tokens=True)
+            for i, text in zip(active, texts):
+                replies[i].append(text.strip() or "...")
+        return [sharded_view(shards, replies[i]) for i, shards in enumerate(shards_list)]
+
+    def build_views(
+        self, examples: list[dict], completion_ids: list[list[int]], single_turn: list[bool] | None = None
+    ):
+        """Token ids of both views for `examples` and the given responses, padded and aligned.
+
+        Returns a dict of tensors: `prompt_ids`/`prompt_mask` (student view, left-padded), `teacher_prompt_ids`/
+        `teacher_prompt_mask` (teacher view, left-padded), `completion_ids`/`completion_mask` (right-padded), the
+        `loss_mask` (the response tokens that carry the loss), `single_turn` (1 where the student view is the replayed
+        teacher prompt) and the number of prompts truncated. The response ids
+        are the same in both views.
+        """
+        single_turn = single_turn or [False] * len(examples)
+        student_prompts = [ex["teacher_prompt"] if s else ex["prompt"] for ex, s in zip(examples, single_turn)]
+        teacher_prompts = [ex["teacher_prompt"] for ex in examples]
+        student_ids, teacher_ids, truncated = self._tokenize_views(student_prompts, teacher_prompts)
+        batch = self._pad_views(student_ids, teacher_ids, completion_ids)
+        flags = torch.tensor(single_turn, dtype=torch.long, device=batch["completion_mask"].device)
+        return batch | {"loss_mask": batch["completion_mask"].clone(), "single_turn": flags, "truncated": truncated}
+
+    def _pad_views(self, student_ids, teacher_ids, completion_ids) -> dict[str, torch.Tensor]:
+        device = self.accelerator.device
+        pad_id = self._tokenizer.pad_token_id
+        multiple = self.pad_to_multiple_of
+
+        def left(seqs):
+            tensors = [torch.tensor(s, dtype=torch.long) for s in seqs]
+            ids = pad(tensors, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple)
+            mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left",
+                       pad_to_multiple_of=multiple)  # fmt: skip
+            return ids.to(device), mask.to(device)
+
+        prompt_ids, prompt_mask = left(student_ids)
+        teacher_prompt_ids, teacher_prompt_mask = left(teacher_ids)
+        # An empty response still needs one column so the tensors keep their shape; it is masked out.
+        tensors = [torch.tensor(c if c else [pad_id], dtype=torch.long) for c in completion_ids]
+        masks = [torch.tensor([1] * len(c) if c else [0], dtype=torch.long) for c in completion_ids]
+        completion = pad(tensors, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple)
+        completion_mask = pad(masks, padding_value=0, padding_side="right", pad_to_multiple_of=multiple)
+        return {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "teacher_prompt_ids": teacher_prompt_ids,
+            "teacher_prompt_mask": teacher_prompt_mask,
+            "completion_ids": completion.to(device),
+            "completion_mask": completion_mask.to(device),
+        }
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Choose views and responses for a generation batch and return the padded, aligned tensors."""
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        n = len(inputs)
+        mix = args.single_turn_mix if mode == "train" else 0.0
+        single_turn = [self._rng.random() < mix for _ in range(n)]
+        student_prompts = [ex["teacher_prompt"] if s else ex.get("prompt") for ex, s in zip(inputs, single_turn)]
+        rollout = [i for i in range(n) if student_prompts[i] is None]
+        for i, prompt in zip(rollout, self.rollout_student_views([inputs[i]["shards"] for i in rollout])):
+            student_prompts[i] = prompt
+        teacher_prompts = [ex["teacher_prompt"] for ex in inputs]
+        student_ids, teacher_ids, truncated = self._tokenize_views(student_prompts, teacher_prompts)
+
+        if args.mode == "sequence":
+            sources = ["teacher"] * n
+        else:
+            sources = []
+            for ex in inputs:
+                if self._rng.random() < args.lmbda:
+                    sources.append("student")
+                elif ex.get("completion") is not None:
+                    sources.append("data")
+                else:
+                    sources.append("teacher")
+
+        completion_ids: list[list[int] | None] = [None] * n
+        for source, prompts in (("student", student_ids), ("teacher", teacher_ids)):
+            idx = [i for i in range(n) if sources[i] == source]
+            for i, ids in zip(idx, self._generate_with([prompts[i] for i in idx], as_teacher=source == "teacher")):
+                completion_ids[i] = list(ids)
+        for i in range(n):
+            if sources[i] == "data":
+                text = _completion_text(inputs[i]["completion"])
+                completion_ids[i] = self._tokenizer(text, add_special_tokens=False)["input_ids"] + self._end_of_turn()
+        if self.max_completion_length is not None:
+            completion_ids = [c[: self.max_completion_length] for c in completion_ids]
+
+        keep = [1.0] * n
+        if args.filter_correct:
+            texts = self._tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            keep = [1.0 if self.answer_checker(ex, text) else 0.0 for ex, text in zip(inputs, texts)]
+
+        batch = self._pad_views(student_ids, teacher_ids, completion_ids)
+        keep_t = torch.tensor(keep, device=batch["completion_mask"].device).unsqueeze(1)
+        batch["loss_mask"] = (batch["completion_mask"] * keep_t).long()
+        batch["single_turn"] = torch.tensor(single_turn, dtype=torch.long, device=keep_t.device)
+        batch["num_items_in_batch"] = self.accelerator.gather(batch["loss_mask"].sum()).sum()
+
+        gather = self.accelerator.gather
+        device = self.accelerator.device
+
+        def mean(values: list[float]) -> float:
+            return gather(torch.tensor(values, dtype=torch.float, device=device)).mean().item()
+
+        if mode == "train":
+            tokens = sum(len(s) + len(c) for s, c in zip(student_ids, completion_ids))
+            self.state.num_input_tokens_seen += gather(torch.tensor(tokens, device=device)).sum().item()
+        metrics = self._metrics[mode]
+        metrics["vasd/single_turn_frac"].append(mean([float(s) for s in single_turn]))
+        metrics["vasd/on_policy_frac"].append(mean([float(s == "student") for s in sources]))
+        metrics["vasd/student_prompt_length"].append(mean([float(len(s)) for s in student_ids]))
+        metrics["vasd/teacher_prompt_length"].append(mean([float(len(t)) for t in teacher_ids]))
+        metrics["vasd/completion_length"].append(mean([float(len(c)) for c in completion_ids]))
+        metrics["vasd/truncated_prompts"].append(gather(torch.tensor(float(truncated), device=device)).sum().item())
+        if args.filter_correct:
+            metrics["vasd/teacher_accept_rate"].append(mean(keep))
+        if self.log_completions:
+            from accelerate.utils import gather_object
+
+            self._logs["prompt"].extend(gather_object(self._tokenizer.batch_decode(student_ids)))
+            self._logs["completion"].extend(
+                gather_object(self._tokenizer.batch_decode(completion_ids, skip_special_tokens=True))
+            )
+        return batch
+
+    # ------------------------------------------------------------------ loss
+
+    def _compute_loss(self, unwrapped_student, inputs, num_items_in_batch):
+        completion_ids = inputs["completion_ids"]
+        completion_mask = inputs["completion_mask"]
+        loss_mask = inputs["loss_mask"]
+        logits_to_keep = completion_ids.size(1)
+        student_hidden = self._get_last_hidden_state(
+            unwrapped_student,
+            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+            logits_to_keep,
+        )
+        head = unwrapped_student.get_output_embeddings()
+        config = unwrapped_student.config.get_text_config()
+        softcap = getattr(config, "final_logit_softcapping", None)
+        student_hidden = student_hidden.to(head.weight.device)
+        loss_mask = loss_mask.to(head.weight.device)
+        if self.args.mode == "sequence":
+            out = chunked_nll(
+                student_hidden, head.weight, completion_ids.to(head.weight.device), loss_mask,
+                num_items_in_batch=num_items_in_batch, bias=head.bias, logit_scale=_logit_scale(config),
+                softcap=softcap,
+            )  # fmt: skip
+            self._loss_stats = {"nll": out}
+            return out.loss, out.entropy_sum, out.num_tokens
+
+        teacher_ids = torch.cat([inputs["teacher_prompt_ids"], completion_ids], dim=1)
+        teacher_mask = torch.cat([inputs["teacher_prompt_mask"], completion_mask], dim=1)
+        if self.teacher_is_student:
+            teacher_module = unwrapped_student
+            with torch.no_grad(), self.teacher_context():
+                teacher_hidden = self._get_last_hidden_state(teacher_module, teacher_ids, teacher_mask, logits_to_keep)
+        else:
+            teacher_module = self.accelerator.unwrap_model(self.teacher_model)
+            with torch.no_grad():
+                teacher_hidden = self._forward_redirection(
+                    self.teacher_model, teacher_module, self._get_last_hidden_state,
+                    teacher_module, teacher_ids, teacher_mask, logits_to_keep,
+                )  # fmt: skip
+        teacher_head = teacher_module.get_output_embeddings()
+        teacher_config = teacher_module.config.get_text_config()
+        # One call per view of the student (multi-turn rows, single-turn replay rows) so each is logged on its own;
+        # both are normalised by the same token count, so their sum is exactly the loss of one call.
+        single = inputs["single_turn"].to(loss_mask.device).unsqueeze(1)
+        masks = {"multi_turn": loss_mask * (1 - single), "single_turn": loss_mask * single}
+        # a view without rows in this batch costs no kernel call (its weight-gradient buffer would be V x H)
+        masks = {name: m for name, m in masks.items() if m.any()} or {"multi_turn": loss_mask}
+        parts = {}
+        for name, mask in masks.items():
+            parts[name] = chunked_generalized_jsd(
+                student_hidden,
+                head.weight,
+                teacher_hidden.to(head.weight.device),
+                teacher_head.weight,
+                mask,
+                beta=self.beta,
+                temperature=self.temperature,
+                num_items_in_batch=num_items_in_batch,
+                student_bias=head.bias,
+                teacher_bias=teacher_head.bias,
+                student_logit_scale=_logit_scale(config),
+                teacher_logit_scale=_logit_scale(teacher_config),
+                student_softcap=softcap,
+                teacher_softcap=getattr(teacher_config, "final_logit_softcapping", None),
+                token_chunk_size=self.args.loss_token_chunk_size,
+            )
+        self._loss_stats = parts
+        loss = sum(part.loss for part in parts.values())
+        entropy_sum = sum(part.entropy_sum for part in parts.values())
+        return loss, entropy_sum, sum(part.num_tokens for part in parts.values())
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        stats, self._loss_stats = self._loss_stats, None
+        if stats is not None:
+            mode = "train" if self.model.training else "eval"
+            sums = {}
+            for name, part in stats.items():
+                total = self.accelerator.gather_for_metrics(part.token_sum.reshape(1)).sum().item()
+                count = self.accelerator.gather_for_metrics(part.num_tokens.reshape(1)).sum().item()
+                sums[name] = (total, count)
+            if "nll" in sums:
+                total, count = sums["nll"]
+                self._metrics[mode]["vasd/nll"].append(total / count if count else float("nan"))
+            else:
+                total = sum(t for t, _ in sums.values())
+                count = sum(c for _, c in sums.values())
+                self._metrics[mode]["vasd/divergence"].append(total / count if count else float("nan"))
+                for name in ("multi_turn", "single_turn"):
+                    # NaN when the batch has no row of this view; TRL's `log` averages over the valid values only
+                    t, c = sums.get(name, (0.0, 0))
+                    self._metrics[mode][f"vasd/divergence_{name}"].append(t / c if c else float("nan"))
+        return result
+
+
+TINY_BASE = "vasd_tiny"
+
+
+def load_rows(path: str) -> list[dict]:
+    """VASD rows from a JSONL file; each row needs `prompt` and `teacher_prompt` message lists."""
+    import json
+    from pathlib import Path
+
+    from fic.chat import validate_messages
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"train_data: {path!r} is not a file; pass a JSONL of rows with prompt and teacher_prompt")
+    rows = []
+    for i, line in enumerate(file.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"train_data: {path} line {i + 1} is not JSON ({err})") from None
+        for column in ("prompt", "teacher_prompt"):
+            if column not in row:
+                raise ValueError(f"train_data: {path} line {i + 1} has no {column!r} column")
+            validate_messages(row[column], where=f"train_data line {i + 1} {column}")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"train_data: {path} holds no rows")
+    return rows
+
+
+def main(recipe) -> None:
+    """Run a `method: vasd` recipe.
+
+    `model_name_or_path: vasd_tiny` runs the tiny end-to-end pipeline (`fic.trainers.vasd_tiny.run_tiny_vasd`): the
+    tiny base is trained or read from its cache, then VASD with this recipe's `VASDConfig`. Any other model trains on
+    `train_data` (JSONL rows) or on `synthetic_tasks` built with the model's own rollouts. Measurements before and
+    after (synthetic tasks) go to `OUTPUT_DIR/eval_summary.json`.
+    """
+    import time
+
+    from datasets import Dataset
+
+    from fic.modeling import ModelArguments
+    from fic.trainers.common import default_callbacks, prepare, write_summary
+
+    start = time.time()
+    args = recipe.get(VASDConfig)
+    if recipe.get(ModelArguments).model_name_or_path == TINY_BASE:
+        from fic.trainers.vasd_tiny import TinyVASDSettings, run_tiny_vasd
+
+        settings = TinyVASDSettings(
+            vasd_tasks=args.synthetic_tasks or TinyVASDSettings.vasd_tasks,
+            eval_tasks=args.synthetic_eval_tasks,
+            task_steps=args.synthetic_task_steps,
+            seed=args.seed,
+            output_dir=args.output_dir,
+        )
+        result = run_tiny_vasd(settings, vasd_args=args)
+        write_summary(
+            args.output_dir, result["before"], result["after"], method="vasd", recovery=result["recovery"],
+            checks=result["checks"], passed=result["passed"], timings_s=result["timings_s"], base_dir=result["base_dir"],
+            wall_s=round(time.time() - start, 1),
+        )  # fmt: skip
+        return
+
+    run = prepare(recipe, VASDConfig)
+    before = after = {}
+    if args.train_data:
+        rows = load_rows(args.train_data)
+    elif args.synthetic_tasks:
+        from fic.data.synthetic import make_tasks
+        from fic.trainers.vasd_tiny import evaluate_views, vasd_shard_rows
+
+        steps = args.synthetic_task_steps
+        train = make_tasks(args.synthetic_tasks, seed=args.seed + 2, split="train", steps=steps)
+        test = make_tasks(args.synthetic_eval_tasks, seed=args.seed + 1, split="test", steps=steps)
+        before = evaluate_views(run.model, run.tokenizer, test).summary() if test else {}
+        rows = vasd_shard_rows(train, seed=args.seed)
+    else:
+        raise ValueError(
+            "train_data / synthetic_tasks: a vasd recipe needs train_data=PATH.jsonl or synthetic_tasks=N"
+        )
+    trainer = VASDTrainer(
+        model=run.model, args=args, train_dataset=Dataset.from_list(rows), processing_class=run.tokenizer,
+        peft_config=run.peft_config, callbacks=default_callbacks(run),
+    )  # fmt: skip
+    result = trainer.train()
+    trainer.save_model(args.output_dir)
+    if args.synthetic_tasks and args.synthetic_eval_tasks:
+        after = evaluate_views(trainer.model, run.tokenizer, test).summary()
+    write_summary(
+        args.output_dir, before, after, method="vasd", rows=len(rows), train_loss=result.training_loss,
+        wall_s=round(time.time() - start, 1),
+    )  # fmt: skip
+
+
+CONFIG_CLASS = VASDConfig

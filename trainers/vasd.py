@@ -111,7 +111,10 @@ class VASDConfig(DistillationConfig):
         > Data (used by `main(recipe)`)
 
         train_data (`str` or `None`, defaults to `None`):
-            A JSONL file of VASD rows: `prompt` and `teacher_prompt` (lists of messages), optionally `completion`.
+            A JSONL file of VASD rows: `prompt` and `teacher_prompt` (lists of messages), optionally `completion`;
+            or a dataset spec such as `gsm8k:PATH`, whose problems the rule sharder splits into `shards` rows.
+        train_limit (`int` or `None`, defaults to `None`):
+            Items read from a `train_data` dataset spec.
         synthetic_tasks (`int`, defaults to `0`):
             Build rows from this many `fic.data.synthetic` training tasks instead: the student view is the sharded
             conversation in which the current student answers the earlier shards itself, the teacher view one
@@ -151,7 +154,10 @@ class VASDConfig(DistillationConfig):
     loss_token_chunk_size: int | None = field(
         default=None, metadata={"help": "Response tokens per chunked-divergence call (peak memory bound)."}
     )
-    train_data: str | None = field(default=None, metadata={"help": "JSONL of rows with prompt and teacher_prompt."})
+    train_data: str | None = field(
+        default=None, metadata={"help": "JSONL of VASD rows, or a dataset spec (gsm8k:PATH) to shard."}
+    )
+    train_limit: int | None = field(default=None, metadata={"help": "Items read from a train_data dataset spec."})
     synthetic_tasks: int = field(default=0, metadata={"help": "Train on this many fic.data.synthetic tasks instead."})
     synthetic_eval_tasks: int = field(default=500, metadata={"help": "Synthetic test tasks measured before/after."})
     synthetic_task_steps: int = field(default=1, metadata={"help": "Update steps per synthetic task."})
@@ -750,6 +756,59 @@ def load_rows(path: str) -> list[dict]:
     return rows
 
 
+def dataset_rows(spec: str, limit: int | None = None) -> list[dict]:
+    """VASD rows from a dataset source (`NAME:PATH` or a hub name): the rule sharder splits each math problem.
+
+    Each row is `shards` (the student plays the sharded conversation itself, answering every shard but the last),
+    `teacher_prompt` (the fully specified single-turn view) and, when the data has one, the reference `completion`.
+    Lost-in-Conversation records keep their own shards. Items that shard into fewer than two pieces are skipped.
+    """
+    from fic.chat import full_view
+    from fic.data import load_source
+    from fic.data.sharding import shard_math_problem
+
+    rows, skipped = [], 0
+    for record in load_source(spec, limit=limit):
+        question = record.messages[-1]["content"]
+        shards = record.meta.get("shards") or shard_math_problem(question)
+        if len(shards) < 2:
+            skipped += 1
+            continue
+        row = {"shards": list(shards), "teacher_prompt": full_view(question)}
+        if record.reference:
+            row["completion"] = [{"role": "assistant", "content": record.reference}]
+        rows.append(row)
+    if skipped:
+        logger.warning("%s: %d items gave fewer than two shards and are skipped", spec, skipped)
+    if not rows:
+        raise ValueError(f"train_data: {spec!r} gave no item with at least two shards")
+    return rows
+
+
+def _lic_after(output_dir: str, settings) -> dict:
+    """`fic lic` (FULL / CONCAT / SHARDED, greedy) on the distilled tiny model, written to OUTPUT_DIR/lic/."""
+    from fic.data.synthetic import make_tasks
+    from fic.eval.lic import LiCTask, run_lic
+    from fic.generation import HFBackend
+
+    backend = HFBackend(output_dir, batch_size=256)
+    test = make_tasks(settings.eval_tasks, seed=settings.seed + 1, split="test", steps=settings.task_steps)
+    tasks = [LiCTask(t.id, t.full_prompt, list(t.shards), t.check) for t in test]
+    summary = run_lic(backend, backend.tokenizer, tasks, f"{output_dir}/lic", max_new_tokens=8, chunk_size=256)
+    return {k: summary[k] for k in ("p_full", "p_concat", "p_sharded", "recovery") if k in summary}
+
+
+def print_views(result: dict) -> None:
+    """Single-turn vs multi-turn performance before and after, as `make demo` shows it."""
+    rows = [("P_full (single turn)", "p_full"), ("P_concat (all shards, one turn)", "p_concat"),
+            ("P_sharded (one shard per turn)", "p_sharded")]  # fmt: skip
+    print(f"\n{'':34}{'before':>8}{'after':>8}")
+    for name, key in rows:
+        print(f"{name:34}{result['before'][key]:8.3f}{result['after'][key]:8.3f}")
+    print(f"{'recovery P_sharded/P_full(before)':34}{'':8}{result['recovery']:8.3f}")
+    print("checks: " + ", ".join(f"{k}={'ok' if v else 'FAILED'}" for k, v in result["checks"].items()))
+
+
 def main(recipe) -> None:
     """Run a `method: vasd` recipe.
 
@@ -763,7 +822,7 @@ def main(recipe) -> None:
     from datasets import Dataset
 
     from fic.modeling import ModelArguments
-    from fic.trainers.common import default_callbacks, prepare, write_summary
+    from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
 
     start = time.time()
     args = recipe.get(VASDConfig)
@@ -778,17 +837,21 @@ def main(recipe) -> None:
             output_dir=args.output_dir,
         )
         result = run_tiny_vasd(settings, vasd_args=args)
+        lic = _lic_after(args.output_dir, settings)
         write_summary(
             args.output_dir, result["before"], result["after"], method="vasd", recovery=result["recovery"],
             checks=result["checks"], passed=result["passed"], timings_s=result["timings_s"], base_dir=result["base_dir"],
-            wall_s=round(time.time() - start, 1),
+            wall_s=round(time.time() - start, 1), lic_after=lic,
         )  # fmt: skip
+        print_views(result)
         return
 
     run = prepare(recipe, VASDConfig)
     before = after = {}
-    if args.train_data:
+    if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
         rows = load_rows(args.train_data)
+    elif args.train_data:
+        rows = dataset_rows(args.train_data, limit=args.train_limit)
     elif args.synthetic_tasks:
         from fic.data.synthetic import make_tasks
         from fic.trainers.vasd_tiny import evaluate_views, vasd_shard_rows
@@ -806,7 +869,7 @@ def main(recipe) -> None:
         model=run.model, args=args, train_dataset=Dataset.from_list(rows), processing_class=run.tokenizer,
         peft_config=run.peft_config, callbacks=default_callbacks(run),
     )  # fmt: skip
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
     if args.synthetic_tasks and args.synthetic_eval_tasks:
         after = evaluate_views(trainer.model, run.tokenizer, test).summary()

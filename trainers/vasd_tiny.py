@@ -420,6 +420,9 @@ def run_tiny_vasd(settings: TinyVASDSettings | None = None, vasd_args=None, **ov
     trainer.train()
     timings["vasd"] = time.perf_counter() - t
     model.eval()
+    if settings.output_dir:  # the distilled model, for `fic lic` / `fic probe` on it
+        trainer.save_model(output_dir)
+        tokenizer.save_pretrained(output_dir)
 
     t = time.perf_counter()
     after = evaluate_views(model, tokenizer, test)

@@ -23,7 +23,7 @@ Two ways in:
   (`trl.kernels.chunked_divergence`), which projects `[token_chunk x 32768]` vocabulary tiles in fp32, folds them
   into online-logsumexp statistics and recomputes them in the backward (Triton kernels on CUDA, torch elsewhere).
   Peak extra memory is about `2 x min(N, token_chunk_size) x 32768 x 4` bytes for the tiles plus, when the head is
-  trained, an fp32 `V x H` gradient accumulator. `token_chunk_size` bounds the tile height (default: TRL's 4096).
+  trained, an fp32 `V x H` gradient accumulator. `token_chunk_size` bounds the tile height (default: all rows on CUDA, 64 on CPU).
 
 `chunked_nll` is the same idea for the negative log-likelihood of given tokens (the sequence-level variant trains
 with it), on TRL's `ChunkedLogProbFunction`.
@@ -57,6 +57,9 @@ class LossOutput:
     token_sum: torch.Tensor
     entropy_sum: torch.Tensor
     num_tokens: torch.Tensor
+
+
+CPU_TOKEN_CHUNK_SIZE = 64
 
 
 def _check_beta_temperature(beta: float, temperature: float) -> None:
@@ -165,7 +168,7 @@ def chunked_generalized_jsd(
         student_bias, teacher_bias: optional `(V,)` head biases.
         student_logit_scale, teacher_logit_scale: logit multipliers (Cohere/Granite-style heads).
         student_softcap, teacher_softcap: final logit soft-capping (Gemma-style heads).
-        token_chunk_size: rows per call of the kernel (bounds the tile height); default TRL's 4096.
+        token_chunk_size: rows per call of the kernel (bounds the tile height); default all rows on CUDA, 64 on CPU.
 
     Returns:
         `LossOutput` with the reduced loss and the detached divergence/entropy sums.
@@ -188,7 +191,12 @@ def chunked_generalized_jsd(
     h_s = _flatten_valid(student_hidden, valid, "student_hidden")
     h_t = _flatten_valid(teacher_hidden.detach(), valid, "teacher_hidden")
     n = h_s.size(0)
-    chunk = n if token_chunk_size is None else token_chunk_size
+    if token_chunk_size is None:
+        # TRL's kernel tiles the vocabulary; without Triton (CPU) each tile's temporaries scale with the rows per call,
+        # so small calls keep the peak low and are faster (benchmarks/chunked_divergence: 64 rows -> 0.055 memory,
+        # 0.86 time of full logits). On CUDA one call over all rows is what the kernel is built for.
+        token_chunk_size = n if h_s.is_cuda else CPU_TOKEN_CHUNK_SIZE
+    chunk = token_chunk_size
     divergences, entropies = [], []
     for start in range(0, max(n, 1), max(chunk, 1)):
         div, ent = ChunkedDivergenceFunction.apply(

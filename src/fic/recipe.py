@@ -182,7 +182,7 @@ def _build(cls: type, values: dict, prefix: str = "") -> Any:
 def _unknown(key: str, valid: list[str], where: str) -> RecipeError:
     close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return RecipeError(f"unknown key {key!r} {where}.{hint} (valid keys are listed by `fic recipe-keys METHOD`)")
+    return RecipeError(f"unknown key {key!r} {where}.{hint} (`python train.py recipe=NAME --help-keys` lists every key)")
 
 
 def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None = None) -> Recipe:

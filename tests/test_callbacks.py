@@ -156,7 +156,7 @@ def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stu
         record = json.loads((ckpt / "metrics.json").read_text())
         assert record["step"] == step
         names = set(record["metrics"])
-        assert {f"probe/gsm8k/genuine_rate@t{t}" for t in ("0", "1")} <= names
+        assert {f"probe/gsm8k/genuine_rate@t{t}" for t in ("0.0", "1.0")} <= names
         assert {"lic/P@full", "lic/P@sharded", "lic/A90@concat"} <= names
         assert {"samples.jsonl", "summary.json", "report.html"} <= {p.name for p in (ckpt / "probe").iterdir()}
         assert (ckpt / "lic" / "report.html").is_file()
@@ -179,14 +179,14 @@ def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stu
         kind = record.WhichOneof("record_type")
         if kind == "history":
             items = {(i.key or "/".join(i.nested_key)): i.value_json for i in record.history.item}
-            if "probe/gsm8k/genuine_rate@t0" in items:
-                logged[int(float(items["train/global_step"]))] = float(items["probe/gsm8k/genuine_rate@t0"])
+            if "probe/gsm8k/genuine_rate@t0.0" in items:
+                logged[int(float(items["train/global_step"]))] = float(items["probe/gsm8k/genuine_rate@t0.0"])
                 tables += any(k.startswith("probe/samples") for k in items)
         if kind == "config":
             config_keys.update({(i.key or "/".join(i.nested_key)): i.value_json for i in record.config.update})
         if kind == "run":
             assert record.run.display_name == "tiny-eval-run"
-    expected = {r["step"]: r["metrics"]["probe/gsm8k/genuine_rate@t0"] for r in callback.records}
+    expected = {r["step"]: r["metrics"]["probe/gsm8k/genuine_rate@t0.0"] for r in callback.records}
     assert logged == pytest.approx(expected)
     assert tables == 2
     table_files = list(run.glob("wandb/offline-run-*/files/media/table/probe/samples_*.table.json"))

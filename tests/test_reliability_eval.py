@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 def child_env(**extra) -> dict:
     """Offline, single-threaded (deterministic CPU numerics), unbuffered."""
-    env = dict(os.environ)
+    # WANDB_DIR / WANDB_PROJECT may be left in this process by in-process training tests: a child picks its own.
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_DIR", "WANDB_PROJECT", "WANDB_RUN_ID")}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
                PYTHONUNBUFFERED="1", **extra)  # fmt: skip

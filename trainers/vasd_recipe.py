@@ -165,4 +165,3 @@ def main(recipe) -> None:
         args.output_dir, before, after, method="vasd", rows=len(rows), train_loss=result.training_loss,
         wall_s=round(time.time() - start, 1),
     )  # fmt: skip
-

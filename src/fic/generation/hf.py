@@ -7,6 +7,7 @@ KV cache, attention mask and last-position logits are then repeated `n` times al
 per step. Finished rows (end-of-sequence token, a stop string, or `max_new_tokens`) are dropped from the cache so
 the remaining rows decode with less work. The prompt's compute is shared, its KV memory is not: the cache holds `n`
 copies (vLLM's paged cache shares the blocks too). Greedy decoding runs one row per prompt and copies the text.
+The loop itself is `fic.generation.decode`, which VASD's training-time rollouts share.
 
 Sampling. `temperature == 0` is greedy (argmax, deterministic, equal to `model.generate(do_sample=False)`).
 Otherwise tokens are drawn from `softmax(logits / T)` restricted to the top-p nucleus by inverse-CDF sampling: each
@@ -23,7 +24,6 @@ sequence token that ended it, and cut before the first stop string.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
 
@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+from fic.generation.decode import decode, model_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -109,11 +110,7 @@ class HFBackend(Backend):
         pad = self.tokenizer.pad_token_id
         # Padding sits under a zero attention mask, so any id works; eos (or 0) when the tokenizer has no pad.
         self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        params = inspect.signature(base.forward).parameters
-        # transformers renamed `past_key_values` to `cache` during 5.x; speak whichever this model understands.
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._prefill_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._call_kwargs = model_kwargs(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -158,39 +155,9 @@ class HFBackend(Backend):
         )
         return cut_at_stop(text, stop)
 
-    def _forward(self, input_ids, attention_mask, position_ids, cache=None, **kw):
-        if cache is not None:
-            kw[self._cache_kw] = cache
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kw
-        )
-        new_cache = getattr(out, "cache", None)
-        if new_cache is None:
-            new_cache = getattr(out, "past_key_values", None)
-        if new_cache is None:
-            raise ValueError(f"{type(self.model).__name__} returned no KV cache; HFBackend needs use_cache support.")
-        return out.logits[:, -1, :].float(), new_cache
-
     def _generate_chunk(self, chunk: list[list[int]], offset: int, params: SamplingParams) -> list[list[list[int]]]:
         """Token ids of `params.n` continuations for each prompt of `chunk` (prompt `b` is prompt `offset + b`)."""
-        device, n = self.device, params.n
-        width = max(len(ids) for ids in chunk)
-        input_ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for b, ids in enumerate(chunk):
-            input_ids[b, width - len(ids) :] = torch.tensor(ids)
-            attention_mask[b, width - len(ids) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-        # One prefill for the chunk, then every prompt's row repeated n times (cache included).
-        logits, cache = self._forward(input_ids, attention_mask, position_ids, **self._prefill_kw)
-        rows = torch.arange(len(chunk), device=device).repeat_interleave(n)
-        if n > 1:
-            cache.reorder_cache(rows)
-            logits, attention_mask = logits[rows], attention_mask[rows]
-        next_pos = position_ids[rows, -1] + 1
-
+        n = params.n
         generators = None
         if not params.greedy:
             generators = [
@@ -199,29 +166,17 @@ class HFBackend(Backend):
                 for j in range(n)
             ]
         window = max((len(s.encode("utf-8")) for s in params.stop), default=0) + 4
-        tokens: list[list[int]] = [[] for _ in range(len(chunk) * n)]
-        active = list(range(len(chunk) * n))  # original row index of each row still in the cache
-        for step in range(params.max_new_tokens):
-            next_tok = self._pick(logits, params, None if generators is None else [generators[r] for r in active])
-            keep = []
-            for a, (row, tok) in enumerate(zip(active, next_tok.tolist())):
-                if tok in self.eos_ids:
-                    continue  # the end token is not part of the text
-                tokens[row].append(tok)
-                if params.stop and self._hits_stop(tokens[row][-window:], params.stop):
-                    continue
-                keep.append(a)
-            if not keep or step == params.max_new_tokens - 1:
-                break
-            if len(keep) < len(active):
-                idx = torch.tensor(keep, device=device)
-                cache.reorder_cache(idx)
-                attention_mask, next_pos, next_tok = attention_mask[idx], next_pos[idx], next_tok[idx]
-                active = [active[a] for a in keep]
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(active), 1))], dim=-1)
-            logits, cache = self._forward(next_tok[:, None], attention_mask, next_pos[:, None], cache)
-            next_pos = next_pos + 1
-        return [tokens[b * n : (b + 1) * n] for b in range(len(chunk))]
+
+        def pick(logits, rows):
+            return self._pick(logits, params, None if generators is None else [generators[r] for r in rows])
+
+        def stop(tokens):
+            return self._hits_stop(tokens[-window:], params.stop)
+
+        return decode(
+            self.model, chunk, max_new_tokens=params.max_new_tokens, end_ids=self.eos_ids, pad_id=self.pad_id,
+            pick=pick, n=n, stop=stop if params.stop else None, call_kwargs=self._call_kwargs,
+        )  # fmt: skip
 
     def _hits_stop(self, tail: list[int], stop: list[str]) -> bool:
         # A stop string that completes now ends in the newest token and spans at most one token per byte, so the

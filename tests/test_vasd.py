@@ -232,13 +232,14 @@ def test_on_policy_path_samples_in_the_student_view(tmp_path, model_dir, tokeniz
     args = config(tmp_path, max_steps=2, lmbda=1.0)
     trainer = VASDTrainer(load(model_dir), args=args, train_dataset=rows(), processing_class=tokenizer)
     calls = []
-    original = trainer._generate_single_turn
+    original = trainer._rollouts.generate
 
-    def spy(prompt_ids, *rest):
-        calls.append([list(p) for p in prompt_ids])
-        return original(prompt_ids, *rest)
+    def spy(prompt_ids, **kw):
+        if not kw["as_teacher"] and prompt_ids:
+            calls.append([list(p) for p in prompt_ids])
+        return original(prompt_ids, **kw)
 
-    trainer._generate_single_turn = spy
+    trainer._rollouts.generate = spy
     trainer.train()
     history = trainer.state.log_history
     assert history[0]["vasd/on_policy_frac"] == 1.0 and history[0]["vasd/completion_length"] > 0

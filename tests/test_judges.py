@@ -10,7 +10,7 @@ import logging
 import re
 
 import pytest
-from mock_openai_server import MockOpenAIServer
+from mock_openai_server import Fault, MockOpenAIServer
 
 from fic.judges import JUDGE_ERROR, LABELS, Case, Verdict, is_genuine
 from fic.judges.agreement import judgement_agreement
@@ -177,21 +177,50 @@ def _judge(server, **kw) -> LLMJudge:
     return LLMJudge(server.url, "judge-model", timeout=5, backoff_base=0.01, **kw)
 
 
-def test_parse_reply_is_strict():
+def test_parse_reply_is_strict_about_the_verdict():
     assert parse_reply(_answer("meta_planning", 0.7)) == ("meta_planning", False, 0.7, "because")
     assert parse_reply("```json\n" + _answer("genuine_followup") + "\n```")[0] == "genuine_followup"
     for bad, why in [
-        ("The label is genuine_followup.", "not a JSON object"),
-        ('["genuine_followup"]', "not an object"),
+        ("The label is genuine_followup.", "no JSON object"),
+        ('["genuine_followup"]', "no JSON object"),
+        ('{"label": "genuine_followup", "genuine": tr', "no JSON object"),
         ('{"label": "polite", "genuine": false, "confidence": 0.5}', "not one of"),
         ('{"label": "meta_planning", "genuine": true, "confidence": 0.5}', "contradicts"),
         ('{"label": "meta_planning", "genuine": false, "confidence": 1.5}', "from 0 to 1"),
         ('{"label": "meta_planning", "genuine": "no", "confidence": 0.5}', "true or false"),
         ('{"label": "meta_planning", "confidence": 0.5}', "lacks"),
-        ("Sure! " + _answer("genuine_followup"), "not a JSON object"),
+        ('{"genuine": false}', "lacks"),
     ]:
         with pytest.raises(ValueError, match=why):
             parse_reply(bad)
+
+
+def test_parse_reply_takes_what_real_judge_models_write():
+    # SmolLM2 behind `transformers serve` (which ignores response_format) answers with a fenced object and goes on.
+    smol = "```json\n" + _answer("new_task_prompt", 0.6) + '\n```\n\nThe user asks about {something} else.\n{"x": 1}'
+    assert parse_reply(smol) == ("new_task_prompt", False, 0.6, "because")
+    assert parse_reply("Sure! Here it is: " + _answer("genuine_followup"))[0] == "genuine_followup"
+    assert parse_reply('{"label": "meta_planning", "genuine": false}') == ("meta_planning", False, None, "")
+
+
+def test_llm_judge_reply_without_confidence_is_a_verdict():
+    with MockOpenAIServer(
+        chat_reply='{"label": "genuine_followup", "genuine": true, "rationale": "asks why"}'
+    ) as server:
+        verdicts = _judge(server).judge([case("Why step 2?"), case("What about 5 muffins?")])
+    assert [(v.label, v.genuine, v.confidence) for v in verdicts] == [("genuine_followup", True, None)] * 2
+    assert [v.extra["attempts"] for v in verdicts] == [1, 1]
+
+
+def test_llm_judge_asks_for_structured_output_and_falls_back_when_refused():
+    with MockOpenAIServer(chat_reply=_answer("meta_planning")) as server:
+        judge = _judge(server)
+        judge.judge([case("Why?")])
+        assert server.requests[0]["body"]["response_format"]["json_schema"]["schema"]["properties"]["label"]["enum"]
+        server.add_faults(Fault(status=400, body='{"error": "response_format json_schema is not supported"}'))
+        (verdict,) = judge.judge([case("Why step 2?")])
+        assert verdict.label == "meta_planning"
+        assert "response_format" not in server.requests[-1]["body"] and not judge.structured_output
 
 
 def test_prompt_lists_every_label_and_the_case():
@@ -224,7 +253,7 @@ def test_llm_judge_valid_fenced_and_reasked_replies():
     assert all(v.judge == "llm:judge-model" for v in verdicts)
     assert len(server.requests) == 4 and len(reask) == 1
     assert reask[0][2] == {"role": "assistant", "content": "I think this one is genuine."}
-    assert "not a JSON object" in reask[0][3]["content"]
+    assert "no JSON object" in reask[0][3]["content"]
 
 
 def test_llm_judge_unknown_label_becomes_judge_error_after_reasks(tmp_path):

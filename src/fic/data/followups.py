@@ -213,7 +213,9 @@ def rejection_sample(contexts: list[dict], candidates: list[list[str]], judge, k
     for context, group in zip(contexts, candidates):
         judged = [(text, next(verdicts)) for text in group]
         counts.update(v.label for _, v in judged)
-        genuine = sorted(((t, v) for t, v in judged if v.genuine and t.strip()), key=lambda tv: -tv[1].confidence)
+        genuine = sorted(
+            ((t, v) for t, v in judged if v.genuine and t.strip()), key=lambda tv: -(tv[1].confidence or 0.0)
+        )
         for k, (text, verdict) in enumerate(list({t: (t, v) for t, v in genuine}.values())[:keep]):
             rows.append({
                 "id": f"{context['id']}#{k}", "source": context["source"], "origin": origin,

@@ -122,10 +122,15 @@ def get_backend(name: str, model=None, **kw) -> Backend:
     Args:
         name: `"transformers"` (CPU/GPU, the default elsewhere), `"vllm"` (GPU, needs `pip install 'fic[vllm]'`) or
             `"openai"` (an OpenAI-compatible `/v1/completions` server; pass `base_url=`).
-        model: a hub id or local path (for `"transformers"` also an already loaded model; pass `tokenizer=` then);
-            for `"openai"` the model name the server expects.
+        model: a hub id or local path, or an offline name (`tiny:FAMILY`, `smollm2`, a `.gguf` file; see
+            `fic.modeling.resolve_model_name`); for `"transformers"` also an already loaded model (pass `tokenizer=`
+            then); for `"openai"` the model name the server expects.
         **kw: passed to the backend's constructor.
     """
+    if name in ("transformers", "vllm") and isinstance(model, str):
+        from fic.modeling import resolve_model_name
+
+        model = resolve_model_name(model)  # tiny:FAMILY, smollm2, a .gguf file -> a local folder
     if name == "transformers":
         from fic.generation.hf import HFBackend
 

@@ -80,7 +80,7 @@ class Verdict:
         label: one label of `fic.judges.labels.LABELS`, or `judge_error`.
         genuine: True for `genuine_followup`, False for a failure mode, None for `judge_error` (set from `label`
             when omitted).
-        confidence: how sure the judge is, in [0, 1].
+        confidence: how sure the judge is, in [0, 1]; None when the judge did not say (an LLM reply without it).
         rationale: a short human-readable reason.
         judge: which judge decided (e.g. `heuristic`, `llm:MODEL`), so cascades stay auditable.
         extra: judge-specific details (scores, attempts); plain JSON data.
@@ -88,7 +88,7 @@ class Verdict:
 
     label: str
     genuine: bool | None = None
-    confidence: float = 0.0
+    confidence: float | None = 0.0
     rationale: str = ""
     judge: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -103,7 +103,8 @@ class Verdict:
             raise ValueError(
                 f"genuine={self.genuine!r} contradicts label={self.label!r}; genuine must be {expected!r} for it."
             )
-        self.confidence = float(min(1.0, max(0.0, self.confidence)))
+        if self.confidence is not None:
+            self.confidence = float(min(1.0, max(0.0, self.confidence)))
 
     @property
     def is_error(self) -> bool:

@@ -48,6 +48,8 @@ from .labels import (
 
 logger = logging.getLogger(__name__)
 
+RULES_VERSION = "heuristic-rules-v2"
+
 
 @dataclass
 class HeuristicJudgeConfig:
@@ -67,6 +69,9 @@ class HeuristicJudgeConfig:
         batch_size: encoder batch size.
         max_seq_length: encoder truncation in word pieces (the start of a long answer carries its topic; copies
             are caught by n-gram containment on the full text).
+        classifier: the learned stage (`fic.judges.classifier`) that decides what the surface rules leave open:
+            `"default"` (the file shipped with fic, fitted on labelled real model turns), a path to another
+            `classifier.json`, or None for the rules alone (the judge before it was measured on real turns).
     """
 
     copy_containment: float = 0.85
@@ -78,6 +83,7 @@ class HeuristicJudgeConfig:
     batch_size: int = 64
     max_seq_length: int = 64
     min_vocabulary_share: float = 0.5
+    classifier: str | None = "default"
 
 
 _ENCODER = None
@@ -337,8 +343,35 @@ class HeuristicJudge:
 
     def __init__(self, config: HeuristicJudgeConfig | None = None):
         self.config = config or HeuristicJudgeConfig()
+        self.classifier = None
+        if self.config.classifier is not None:
+            from .classifier import DEFAULT_PATH, FollowupClassifier
+
+            path = DEFAULT_PATH if self.config.classifier == "default" else self.config.classifier
+            if path == DEFAULT_PATH and not DEFAULT_PATH.is_file():
+                logger.warning("No shipped judge classifier at %s; the heuristic judge runs on its rules alone", path)
+            else:
+                self.classifier = FollowupClassifier.load(path)
+
+    @property
+    def version(self) -> str:
+        """Which rules and which fitted classifier decided: reports print it beside every rate."""
+        if self.classifier is None:
+            return f"{RULES_VERSION}+rules-only"
+        return f"{RULES_VERSION}+{self.classifier.meta.get('version', 'classifier')}"
 
     def judge(self, cases: list[Case]) -> list[Verdict]:
+        learned = self.classifier is not None
+        verdicts, open_cases = self.rule_verdicts(cases, features=learned)
+        if learned and open_cases:
+            rows = np.asarray([row for _, row in open_cases])
+            for (i, _), p in zip(open_cases, self.classifier.proba(rows)):
+                verdicts[i] = self._learned_verdict(verdicts[i], p)
+        return verdicts
+
+    def rule_verdicts(self, cases: list[Case], features: bool = False) -> tuple[list[Verdict], list[tuple[int, list]]]:
+        """The rules' verdicts, and (index, classifier features) of the cases the surface rules left open
+        (`features=True`; the training script uses this to fit the classifier on exactly what it will see)."""
         verdicts: list[Verdict | None] = []
         pending: list[tuple[int, _Context, _Features]] = []
         contexts: dict[tuple[str, str], _Context] = {}
@@ -352,22 +385,44 @@ class HeuristicJudge:
                 pending.append((i, contexts[key], feats))
         texts = []
         for _, ctx, f in pending:
-            if f.need_q or f.need_a:
+            if features or f.need_q or f.need_a:
                 texts.append(f.text)
-            if f.need_q:
+            if features or f.need_q:
                 texts.append(ctx.question)
-            if f.need_a:
+            if features or f.need_a:
                 texts.append(ctx.answer)
         embeddings = self._encode(texts) if texts else {}
 
         def cos(a: str, b: str) -> float:
             return float(embeddings[a] @ embeddings[b]) if a in embeddings and b in embeddings else 0.0
 
+        open_cases = []
         for i, ctx, f in pending:
             cos_q = cos(f.text, ctx.question) if f.need_q else None
             cos_a = cos(f.text, ctx.answer) if f.need_a else None
             verdicts[i] = self._decide(f, cos_q, cos_a)
-        return verdicts  # type: ignore[return-value]
+            if features:
+                cosines = (cos(f.text, ctx.question), cos(f.text, ctx.answer), cos(ctx.question, ctx.answer))
+                open_cases.append((i, feature_vector(f, ctx, *cosines, verdicts[i])))
+        return verdicts, open_cases  # type: ignore[return-value]
+
+    def _learned_verdict(self, rule: Verdict, p: np.ndarray) -> Verdict:
+        """The classifier's decision: genuine from P(genuine) >= threshold, else the likeliest failure label."""
+        labels = self.classifier.labels
+        p_genuine = float(p[labels.index(GENUINE_FOLLOWUP)]) if GENUINE_FOLLOWUP in labels else 0.0
+        extra = {**rule.extra, "rule_label": rule.label, "p_genuine": round(p_genuine, 4)}
+        if p_genuine >= self.classifier.threshold:
+            label, why = GENUINE_FOLLOWUP, f"classifier: P(genuine) {p_genuine:.2f}; rules: {rule.rationale}"
+        else:
+            failures = [(float(q), name) for q, name in zip(p, labels) if name != GENUINE_FOLLOWUP]
+            label = max(failures)[1]
+            why = f"classifier: P(genuine) {p_genuine:.2f}, likeliest {label}; rules said {rule.label}"
+        # Far from the threshold on either side is as sure as the surer rules; near it, unsure (cascade material).
+        margin = abs(p_genuine - self.classifier.threshold) / max(
+            self.classifier.threshold, 1 - self.classifier.threshold
+        )
+        confidence = 0.5 + 0.45 * min(1.0, margin)
+        return Verdict(label=label, confidence=confidence, rationale=why, judge=self.name, extra=extra)
 
     def _encode(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Encode each distinct text once, in one batched call."""
@@ -542,3 +597,71 @@ class HeuristicJudge:
         if not f.english:
             confidence, why = min(confidence, 0.45), why + " (not English: the encoder is English-only)"
         return self._verdict(GENUINE_FOLLOWUP, confidence, why + sims, **scores)
+
+
+_SENTENCE_END = re.compile(r"[.!?]+(?:\s|$)")
+_SECOND_PERSON = re.compile(r"\b(?:you|your|you're|yours)\b", re.IGNORECASE)
+
+
+def _last_sentence_words(text: str) -> list[str]:
+    parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p.strip()]
+    return _words(parts[-1]) if parts else []
+
+
+def feature_vector(
+    f: _Features, ctx: _Context, cos_q: float, cos_a: float, cos_qa: float, rule: Verdict
+) -> list[float]:
+    """The classifier's inputs for one case, in the order of `fic.judges.classifier.FEATURES`."""
+    text = f.text
+    words = _words(text)
+    content = _content(words)
+    n_content = max(1, len(content))
+    numbers = set(_NUMBER.findall(text))
+    q_numbers = set(_NUMBER.findall(ctx.question))
+    a_numbers = set(_NUMBER.findall(ctx.answer))
+    answer_only = (content | numbers) & ctx.answer_only
+    novel = content - ctx.q_content - ctx.a_content
+    vocab_share, _ = _vocabulary_share(text)
+    letters = [c for c in text if not c.isspace()]
+    q_words = _words(ctx.question)
+    q_last = _last_sentence_words(ctx.question)
+    u_last = set(_last_sentence_words(text))
+    return [
+        cos_q,
+        cos_a,
+        cos_qa,
+        cos_a - cos_q,
+        f.scores.get("contain_q", 0.0),
+        f.scores.get("contain_a", 0.0),
+        len(content & ctx.q_content) / n_content,
+        len(content & ctx.a_content) / n_content,
+        float(len(answer_only)),
+        len(answer_only) / n_content,
+        float(len(numbers - q_numbers - a_numbers)),
+        float(len(numbers & q_numbers)),
+        len(novel) / n_content,
+        float(np.log1p(len(words))),
+        float(any(mark in text for mark in "?？¿")),
+        float(text.rstrip().endswith("?")),
+        float(text.count("?")),
+        float(len(_SENTENCE_END.findall(text + " "))),
+        vocab_share,
+        len(set(words)) / max(1, len(words)),
+        float(f.explicit_reference),
+        float(f.reference and not f.explicit_reference),
+        float(bool(_SECOND_PERSON.search(text))),
+        float(f.followup_phrase),
+        float(bool(_REQUEST.search(text))),
+        float(bool(_STATEMENT.search(text))),
+        float(bool(q_words) and words[:3] == q_words[:3]),
+        len(u_last & set(q_last)) / max(1, len(set(q_last))),
+        float(f.english),
+        float(rule.label == GENUINE_FOLLOWUP),
+        rule.confidence or 0.0,
+        float(rule.label == NEW_TASK_PROMPT),
+        float(rule.label == PREVIOUS_TURN_RESTATE),
+        f.scores.get("shared_share", 0.0),
+        float(len(words) > 40),
+        sum(not c.isascii() for c in letters) / max(1, len(letters)),
+        sum(c.isdigit() for c in letters) / max(1, len(letters)),
+    ]

@@ -1,11 +1,14 @@
 """LLM follow-up judge over any OpenAI-compatible chat endpoint (vLLM server, hosted API).
 
 For each case the judge sends a versioned prompt (`PROMPT_VERSION`) that lists the label definitions and shows the
-conversation and the generated user turn, and asks for one strict JSON object
-`{"label": ..., "genuine": true|false, "confidence": 0..1, "rationale": "..."}`. The reply is parsed strictly (a
-```json fence is tolerated, nothing else): an unknown label, a `genuine` that contradicts the label, a missing
-field or non-JSON text is an error, and the judge re-asks up to `max_reasks` times with the error appended to the
-conversation. A case that still fails, or whose HTTP request fails after the endpoint's own retries, gets a
+conversation and the generated user turn, and asks for one JSON object
+`{"label": ..., "genuine": true|false, "confidence": 0..1, "rationale": "..."}`, as structured output
+(`response_format` with a JSON schema) where the endpoint supports it. Servers that ignore `response_format`
+(`transformers serve` does) and small models that wrap the object in a fence and keep writing are handled by the
+parser: it takes the first complete JSON object of the reply. An unknown label, a `genuine` that contradicts the
+label, a missing `label` or `genuine`, or a reply with no JSON object is an error, and the judge re-asks up to
+`max_reasks` times with the error appended to the conversation; a missing `confidence` is recorded as missing
+(None), the verdict stands. A case that still fails, or whose HTTP request fails after the endpoint's own retries, gets a
 `judge_error` verdict (`genuine=None`): failures are reported as failures, never counted as genuine or not.
 
 Requests run concurrently (at most `concurrency` in flight) through `fic.generation.openai_http.OpenAIEndpoint`,
@@ -20,7 +23,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,24 +68,56 @@ def build_prompt(case: Case) -> list[dict]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(lines)}]
 
 
-_FENCE = re.compile(r"^```(?:json|JSON)?\s*\n?(.*?)\n?```$", re.DOTALL)
+RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "followup_verdict",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "enum": list(LABELS)},
+                "genuine": {"type": "boolean"},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                "rationale": {"type": "string"},
+            },
+            "required": ["label", "genuine", "confidence", "rationale"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""Structured output (OpenAI / vLLM `response_format`); servers that ignore it are handled by the parser."""
 
 
-def parse_reply(text: str) -> tuple[str, bool, float, str]:
-    """Parse a judge reply strictly into (label, genuine, confidence, rationale); ValueError says what is wrong."""
+def first_json_object(text: str) -> dict:
+    """The first complete JSON object in `text`: bare, inside a ```json fence, or followed by more prose.
+
+    Small judge models wrap the object in a fence and keep talking after it; the object is the verdict.
+    """
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            data, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(data, dict):
+            return data
+        start = text.find("{", start + 1)
+    raise ValueError(f"the reply holds no JSON object: {text.strip()[:200]!r}")
+
+
+def parse_reply(text: str) -> tuple[str, bool, float | None, str]:
+    """Parse a judge reply into (label, genuine, confidence, rationale); ValueError says what is wrong.
+
+    `label` and `genuine` are required and must agree; `confidence` may be missing (None: recorded as missing,
+    the verdict still counts) but must be a number in [0, 1] when given.
+    """
     if not isinstance(text, str):
         raise ValueError("the reply is not text")
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise ValueError(f"the reply is not a JSON object: {text.strip()[:200]!r}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"the reply is JSON but not an object: {body[:200]!r}")
-    missing = [k for k in ("label", "genuine", "confidence") if k not in data]
+    data = first_json_object(text)
+    missing = [k for k in ("label", "genuine") if k not in data]
     if missing:
         raise ValueError(f"the JSON object lacks {missing}")
     label = data["label"]
@@ -94,13 +128,15 @@ def parse_reply(text: str) -> tuple[str, bool, float, str]:
         raise ValueError(f"genuine must be true or false, got {genuine!r}")
     if genuine != (label == GENUINE_FOLLOWUP):
         raise ValueError(f"genuine={json.dumps(genuine)} contradicts label {label!r} (true only for genuine_followup)")
-    confidence = data["confidence"]
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+    confidence = data.get("confidence")
+    if confidence is not None and (
+        isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1
+    ):
         raise ValueError(f"confidence must be a number from 0 to 1, got {confidence!r}")
     rationale = data.get("rationale", "")
     if not isinstance(rationale, str):
         raise ValueError(f"rationale must be a string, got {type(rationale).__name__}")
-    return label, genuine, float(confidence), rationale
+    return label, genuine, None if confidence is None else float(confidence), rationale
 
 
 def resolve_api_key(api_key: str | None = None) -> str | None:
@@ -121,6 +157,8 @@ class LLMJudge:
         timeout, max_retries: per-request HTTP timeout and retries (see `OpenAIEndpoint`).
         temperature, max_tokens: sampling of the judge model.
         cache: a `JudgementCache` or a path to its JSONL file; None disables caching.
+        structured_output: send `response_format` (a JSON schema of the verdict); an endpoint that rejects it (HTTP
+            400 naming `response_format` or `json_schema`) is asked again without it, and the judge stops sending it.
         endpoint_kw: more `OpenAIEndpoint` arguments (e.g. `backoff_base`).
     """
 
@@ -138,6 +176,7 @@ class LLMJudge:
         temperature: float = 0.0,
         max_tokens: int = 300,
         cache: JudgementCache | str | Path | None = None,
+        structured_output: bool = True,
         **endpoint_kw,
     ):
         if not isinstance(model, str) or not model:
@@ -148,6 +187,7 @@ class LLMJudge:
         self.name = f"llm:{model}"
         self.max_reasks = max_reasks
         self.params = {"temperature": temperature, "max_tokens": max_tokens}
+        self.structured_output = structured_output
         self.cache = JudgementCache(cache) if isinstance(cache, (str, Path)) else cache
         self._endpoint_args = dict(
             base_url=base_url, api_key=resolve_api_key(api_key), concurrency=concurrency, timeout=timeout,
@@ -190,12 +230,25 @@ class LLMJudge:
                 await asyncio.gather(*(one(i, key) for i, key in todo))
         return results  # type: ignore[return-value]
 
+    async def _ask(self, endpoint: OpenAIEndpoint, messages: list[dict]) -> str:
+        if self.structured_output:
+            try:
+                return await endpoint.chat_complete(
+                    messages, self.model, response_format=RESPONSE_FORMAT, **self.params
+                )
+            except OpenAIHTTPError as err:
+                if err.status != 400 or not any(w in (err.body or "") for w in ("response_format", "json_schema")):
+                    raise
+                logger.warning("The judge endpoint rejected response_format (%s); parsing plain replies instead", err)
+                self.structured_output = False
+        return await endpoint.chat_complete(messages, self.model, **self.params)
+
     async def _judge_one(self, endpoint: OpenAIEndpoint, case: Case) -> Verdict:
         messages = build_prompt(case)
         errors: list[str] = []
         for attempt in range(self.max_reasks + 1):
             try:
-                reply = await endpoint.chat_complete(messages, self.model, **self.params)
+                reply = await self._ask(endpoint, messages)
             except OpenAIHTTPError as err:
                 logger.warning("Judge request failed: %s", err)
                 return Verdict.error(f"request failed: {err}", judge=self.name, attempts=attempt + 1)

@@ -1,0 +1,153 @@
+"""The learned stage of the heuristic judge: a small softmax regression over features of (question, answer, turn).
+
+The surface rules of `fic.judges.heuristic` decide the sure cases (template debris, copies, loops, narration). What
+they leave open is what small models mostly write: the question rephrased or with a number changed, a new question
+about the same story that ignores the answer, fluent nonsense that ends in "?", and the rare real follow-up. Rules
+over word overlap cannot tell these apart reliably; a linear model over a few dozen such features, fitted on
+careful labels of real model turns (`labels/followup/`, train split), can. It is deterministic, has no runtime
+dependency beyond numpy, and ships as one small JSON file (`classifier.json` beside this module) written by
+`scripts/train_judge_classifier.py`, which also records the split sizes and the dev figures it was chosen on.
+
+Training is plain full-batch gradient descent on the L2-regularised softmax cross-entropy with class weights
+(balanced), on standardised features, from zeros: the same labels give the same file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_PATH = Path(__file__).with_name("classifier.json")
+
+FEATURES: tuple[str, ...] = (
+    "cos_q",  # cosine of the turn to the previous user message
+    "cos_a",  # ... to the assistant answer
+    "cos_qa",  # of the question to the answer (how on-topic the answer was)
+    "cos_a_minus_q",
+    "contain_q",  # share of the turn's word bigrams found in the question
+    "contain_a",
+    "unigram_q",  # share of the turn's content words found in the question
+    "unigram_a",
+    "answer_only",  # count of the answer's own words/numbers (absent from the question) in the turn
+    "answer_only_share",
+    "new_numbers",  # numbers in the turn found in neither the question nor the answer
+    "question_numbers",  # numbers of the question repeated in the turn
+    "novel_share",  # content words in neither question nor answer
+    "log_words",
+    "asks",
+    "ends_with_question",
+    "n_questions",
+    "n_sentences",
+    "vocabulary_share",
+    "distinct_share",
+    "reference",  # explicit reference to the exchange ("you said", "in step 2", "what about")
+    "anaphora_short",  # a short turn with it/this/that
+    "second_person",  # you / your
+    "followup_phrase",
+    "request_opening",
+    "statement",
+    "starts_like_question",  # the question's first words again
+    "ends_like_question",  # the question's last sentence again (the asked quantity)
+    "english",
+    "rule_genuine",  # what the rules alone would say (genuine) and how sure
+    "rule_confidence",
+    "rule_new_task",
+    "rule_paraphrase",
+    "shared_share",
+    "long_turn",  # more than 40 words
+    "non_ascii_share",
+    "digit_share",
+)
+
+
+@dataclass
+class FollowupClassifier:
+    """Softmax regression over `FEATURES` (standardised with the training mean and scale).
+
+    Args:
+        labels: the label of each output row.
+        weights: `len(labels) x len(FEATURES)`.
+        bias: one per label.
+        mean, scale: feature standardisation from the training rows.
+        threshold: P(genuine_followup) from which a turn is genuine (chosen on dev).
+        meta: provenance (label set, split sizes, dev figures, version).
+    """
+
+    labels: list[str]
+    weights: np.ndarray
+    bias: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+    threshold: float = 0.5
+    meta: dict = field(default_factory=dict)
+
+    def proba(self, x: np.ndarray) -> np.ndarray:
+        """Label probabilities for rows of raw features, shape (n, len(labels))."""
+        z = ((np.atleast_2d(x) - self.mean) / self.scale) @ self.weights.T + self.bias
+        z -= z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def to_json(self) -> dict:
+        return {
+            "features": list(FEATURES),
+            "labels": self.labels,
+            "weights": np.round(self.weights, 6).tolist(),
+            "bias": np.round(self.bias, 6).tolist(),
+            "mean": np.round(self.mean, 6).tolist(),
+            "scale": np.round(self.scale, 6).tolist(),
+            "threshold": self.threshold,
+            "meta": self.meta,
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path = DEFAULT_PATH) -> FollowupClassifier:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data.get("features") != list(FEATURES):
+            raise ValueError(
+                f"{path}: its features differ from fic.judges.classifier.FEATURES; retrain it with "
+                "`python scripts/train_judge_classifier.py`"
+            )
+        return cls(
+            labels=list(data["labels"]),
+            weights=np.asarray(data["weights"], dtype=np.float64),
+            bias=np.asarray(data["bias"], dtype=np.float64),
+            mean=np.asarray(data["mean"], dtype=np.float64),
+            scale=np.asarray(data["scale"], dtype=np.float64),
+            threshold=float(data.get("threshold", 0.5)),
+            meta=dict(data.get("meta", {})),
+        )
+
+
+def fit(x: np.ndarray, y: list[str], labels: list[str], l2: float = 1.0, steps: int = 3000, lr: float = 0.5,
+        balanced: bool = True) -> FollowupClassifier:  # fmt: skip
+    """Fit the softmax regression on rows `x` with labels `y` (each one of `labels`); deterministic."""
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    xs = (x - mean) / scale
+    index = {label: i for i, label in enumerate(labels)}
+    targets = np.zeros((len(y), len(labels)))
+    targets[np.arange(len(y)), [index[label] for label in y]] = 1.0
+    counts = targets.sum(axis=0)
+    class_weight = np.where(counts > 0, len(y) / (len(labels) * np.maximum(counts, 1)), 0.0) if balanced else None
+    row_weight = targets @ class_weight if balanced else np.ones(len(y))
+    row_weight = row_weight / row_weight.sum()
+    w = np.zeros((len(labels), x.shape[1]))
+    b = np.zeros(len(labels))
+    for _ in range(steps):
+        z = xs @ w.T + b
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        g = (p - targets) * row_weight[:, None]
+        w -= lr * (g.T @ xs + l2 * w / len(y))
+        b -= lr * g.sum(axis=0)
+    return FollowupClassifier(labels=list(labels), weights=w, bias=b, mean=mean, scale=scale)

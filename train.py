@@ -4,7 +4,9 @@
 Loads `recipes/NAME.yaml`, merges the overrides, parses the result into the method's config dataclass (a subclass of
 a TRL config), TRL's `ModelConfig` and the `eval:` block, then hands the recipe to the method's trainer module.
 Recipe mistakes (unknown recipe, unknown key, bad value) print one clear line and exit with status 2.
-`python train.py recipe=NAME --help-keys` lists every key the recipe accepts.
+`python train.py recipe=NAME --help-keys` lists every key the recipe accepts; `--plan [--processes N]` prints what the
+recipe will read and do without loading a model, and exits 1 when it would train on its evaluation data
+(`fic.trainers.plan`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from fic.distributed import cpu_backend_overrides
 from fic.recipe import RecipeError, load_raw, parse, valid_keys
 
 RECIPES_DIR = Path(os.environ.get("FIC_RECIPES_DIR", Path(__file__).resolve().parent / "recipes"))
@@ -23,7 +26,8 @@ METHODS = {
     "followup_rl": "fic.trainers.followup_rl",
     "vasd": "fic.trainers.vasd_recipe",
 }
-USAGE = "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys]"
+USAGE = "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys] [--plan [--processes N]]"
+FLAGS = ("--help-keys", "--plan")
 
 
 def load(argv: list[str]):
@@ -32,7 +36,10 @@ def load(argv: list[str]):
     from fic.modeling import ModelArguments
 
     names = [a.split("=", 1)[1] for a in argv if a.startswith("recipe=")]
-    overrides = [a for a in argv if not a.startswith("recipe=") and a != "--help-keys"]
+    overrides = [a for a in argv if not a.startswith(("recipe=", "--processes")) and a not in FLAGS]
+    overrides += cpu_backend_overrides(overrides)  # DeepSpeed / FSDP processes without CUDA: one gloo group
+    if "--plan" in argv:
+        overrides += _plan_overrides(overrides)
     if len(names) != 1 or not names[0]:
         raise RecipeError(f"name exactly one recipe=NAME. {USAGE}")
     raw = load_raw(names[0], overrides, RECIPES_DIR)
@@ -49,6 +56,29 @@ def load(argv: list[str]):
     return parse(names[0], raw, flat, nested), module
 
 
+def _plan_overrides(overrides: list[str]) -> list[str]:
+    """A plan loads no model and runs nothing, so a GPU recipe's bf16/fp16 must not fail the Trainer's device check on
+    a machine without a GPU: they are switched off for the plan only (they change no number it prints)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return []
+    return ["bf16=false", "fp16=false"]
+
+
+def _join_processes(argv: list[str]) -> list[str]:
+    """`--processes N` -> `--processes=N`."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--processes" and i + 1 < len(argv):
+            out.append(f"--processes={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from fic.distributed import use_cpu_group_without_gpu
@@ -57,11 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     use_cpu_group_without_gpu()
 
     argv = sys.argv[1:] if argv is None else argv
+    argv = _join_processes(argv)
     try:
         recipe, module = load(argv)
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if "--plan" in argv:
+        from fic.trainers.plan import PlanError, make_plan
+
+        processes = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--processes=")), None)
+        try:
+            print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1"))))
+        except (PlanError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return 0
     try:
         module.main(recipe)
     except USER_ERRORS as err:

@@ -69,6 +69,10 @@ class CollabSFTConfig(SFTConfig):
     followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
     followup_judge: str = field(default="heuristic", metadata={"help": "Judge for the candidates."})
     dataset_limit: int | None = field(default=None, metadata={"help": "Items read from each training dataset."})
+    chat_template_kwargs: dict | None = field(
+        default=None,
+        metadata={"help": "Extra chat-template arguments for every rendering, e.g. {enable_thinking: false}."},
+    )
 
     def __post_init__(self):
         self.train_on = check_train_on(self.train_on)
@@ -170,9 +174,14 @@ def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> 
 
     if not records:
         return []
+    from fic.distributed import map_across_ranks
+
     answers = eval_config.responses
     backend = local_backend(model, tokenizer) if answers == "model" else None
-    return contexts_from_records(records, answers, backend, tokenizer, eval_config.response_tokens)
+    # Each rank answers its share of the items (every rank gets every context): once, not once per rank.
+    return map_across_ranks(
+        lambda share: contexts_from_records(share, answers, backend, tokenizer, eval_config.response_tokens), records
+    )
 
 
 def eval_judge(eval_config):
@@ -181,8 +190,12 @@ def eval_judge(eval_config):
     return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
 
 
-def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge) -> dict:
-    """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says."""
+def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge, split: bool = True) -> dict:
+    """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says.
+
+    `split`: every rank calls this and samples and judges its share of the contexts (the evaluation before training:
+    no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
+    from fic.distributed import map_across_ranks
     from fic.followup_eval import genuine_followup_rate
 
     return genuine_followup_rate(
@@ -194,28 +207,42 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
         samples=eval_config.samples,
         max_new_tokens=eval_config.max_new_tokens,
         seed=eval_config.seed,
+        map_fn=map_across_ranks if split else None,
     )
 
 
-def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eval_config) -> tuple[list[dict], dict]:
+def load_training_records(field: str, specs: list[str], limit: int | None, allow_test: bool = False) -> list:
+    """Records of training datasets: a bare hub name reads its train split, a test split is refused
+    (`fic.data.splits`)."""
+    from fic.data.splits import load_training
+
+    return [record for spec in specs for record in load_training(field, spec, limit=limit, allow_test=allow_test)]
+
+
+def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eval_config,
+                           allow_test: bool = False) -> tuple[list[dict], dict]:  # fmt: skip
     """The training conversations for `args` (none opening a `heldout` conversation) and a summary of their origin."""
     from fic.data.followups import (
         contexts_from_records,
         drop_overlap,
-        load_records,
         real_conversations,
         rejection_sample,
         template_followups,
     )
     from fic.judges import make_judge
 
+    def load_records(specs, limit, field):
+        return load_training_records(field, specs, limit, allow_test)
+
     rows, summary = [], {}
     if args.train_datasets:
-        real, skipped = real_conversations(load_records(args.train_datasets, args.dataset_limit))
+        real, skipped = real_conversations(load_records(args.train_datasets, args.dataset_limit, "train_datasets"))
         rows += real
         summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
     if args.followup_contexts:
-        contexts = contexts_from_records(load_records(args.followup_contexts, args.dataset_limit), "data")
+        contexts = contexts_from_records(
+            load_records(args.followup_contexts, args.dataset_limit, "followup_contexts"), "data"
+        )
         contexts, _ = drop_overlap(contexts, heldout)
         candidates = [template_followups(c["messages"], args.followup_candidates, args.seed) for c in contexts]
         judge = make_judge(args.followup_judge, eval_config.judge_base_url, eval_config.judge_model)
@@ -234,16 +261,15 @@ def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eva
 
 
 def main(recipe) -> None:
-    from accelerate import PartialState
-
     start = time.time()
     run = prepare(recipe, CONFIG_CLASS)
     args = run.args
-    # Held-out evaluation runs on the main process only; the others just train.
+    # The evaluation before training is split across the ranks (each answers and judges its share), so no rank waits
+    # for the main process at the trainer's first collective; the one after training runs on the main process.
     records = heldout_records(run.eval)
-    rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval)
-    measure = PartialState().is_main_process
-    heldout = heldout_contexts(records, run.eval, run.model, run.tokenizer) if measure else []
+    allow_test = bool(recipe.raw.get("train_on_test"))
+    rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval, allow_test)
+    heldout = heldout_contexts(records, run.eval, run.model, run.tokenizer)
     logger.info("training on %d conversations; %d held-out contexts", len(rows), len(heldout))
     judge = eval_judge(run.eval) if heldout else None
     before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
@@ -259,7 +285,7 @@ def main(recipe) -> None:
     trainer.save_model(args.output_dir)
     if not trainer.is_world_process_zero():
         return
-    after = evaluate_followups(trainer.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
+    after = evaluate_followups(trainer.model, run.tokenizer, heldout, run.eval, judge, split=False) if heldout else {}
     write_summary(
         args.output_dir,
         before,

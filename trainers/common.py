@@ -49,6 +49,12 @@ def prepare(recipe: Recipe, config_class: type) -> Run:
     if not args.run_name or args.run_name == args.output_dir:
         args.run_name = recipe.name
     model, tokenizer = load_model_and_tokenizer(model_args)
+    template_kwargs = getattr(args, "chat_template_kwargs", None)
+    if template_kwargs:
+        from fic.chat import set_template_kwargs
+
+        set_template_kwargs(tokenizer, template_kwargs)
+    check_master_weights(model, args, peft=peft_config(model_args) is not None)
     return Run(
         recipe=recipe,
         args=args,
@@ -58,6 +64,27 @@ def prepare(recipe: Recipe, config_class: type) -> Run:
         tokenizer=tokenizer,
         peft_config=peft_config(model_args),
     )
+
+
+def check_master_weights(model, args, peft: bool) -> None:
+    """Refuse AdamW updates of pure bf16/fp16 weights: one step at lr 1e-6 leaves ~98% of bf16 weights unchanged.
+
+    Full-parameter training needs fp32 master weights: load the model in float32 with `bf16: true` (autocast), or
+    let DeepSpeed keep them (its bf16 mode holds fp32 master weights). LoRA adapters are fp32 by default (PEFT).
+    """
+    import torch
+
+    if peft or getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return
+    low = {p.dtype for p in model.parameters() if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16)}
+    if low:
+        from fic.recipe import RecipeError
+
+        raise RecipeError(
+            f"dtype: the trainable weights are {', '.join(sorted(str(d) for d in low))} and an optimizer step on them "
+            "rounds most updates away (pure low-precision AdamW); set dtype=float32 with bf16=true (fp32 master "
+            "weights, bf16 autocast), train LoRA adapters (use_peft=true), or use a DeepSpeed config"
+        )
 
 
 def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) -> Path:

@@ -160,15 +160,16 @@ def curve_ends(curve: list[dict]) -> tuple[float | None, float | None]:
 
 
 def main(recipe) -> None:
-    from accelerate import PartialState
     from datasets import Dataset
 
-    from fic.data.followups import contexts_from_records, drop_overlap, load_records
+    from fic.data.followups import contexts_from_records, drop_overlap
+    from fic.distributed import map_across_ranks
     from fic.trainers.collab_sft import (
         eval_judge,
         evaluate_followups,
         heldout_contexts,
         heldout_records,
+        load_training_records,
         local_backend,
     )
 
@@ -177,12 +178,18 @@ def main(recipe) -> None:
     args, tokenizer = run.args, run.tokenizer
     if not args.contexts:
         raise ValueError("contexts: no datasets; name at least one (e.g. contexts=[gsm8k:PATH])")
-    # Held-out evaluation runs on the main process only; the others just train.
+    # Work before training is split across the ranks and shared (map_across_ranks): the held-out contexts, the
+    # model's answers to the training contexts (generated once, not once per rank) and the evaluation before training,
+    # so no rank waits for another at the trainer's first collective. The evaluation after runs on the main process.
     records = heldout_records(run.eval)
-    heldout = heldout_contexts(records, run.eval, run.model, tokenizer) if PartialState().is_main_process else []
+    heldout = heldout_contexts(records, run.eval, run.model, tokenizer)
     backend = local_backend(run.model, tokenizer) if args.context_answers == "model" else None
-    records_train = load_records(args.contexts, args.context_limit)
-    contexts = contexts_from_records(records_train, args.context_answers, backend, tokenizer, run.eval.response_tokens)
+    allow_test = bool(recipe.raw.get("train_on_test"))
+    records_train = load_training_records("contexts", args.contexts, args.context_limit, allow_test)
+    contexts = map_across_ranks(
+        lambda share: contexts_from_records(share, args.context_answers, backend, tokenizer, run.eval.response_tokens),
+        records_train,
+    )
     contexts, dropped = drop_overlap(contexts, [r.messages for r in records])
     if not contexts:
         raise ValueError("contexts: no context left (items need a final user turn and an answer)")
@@ -204,7 +211,7 @@ def main(recipe) -> None:
     trainer.save_model(args.output_dir)
     if not trainer.is_world_process_zero():
         return
-    after = evaluate_followups(trainer.model, tokenizer, heldout, run.eval, judge) if heldout else {}
+    after = evaluate_followups(trainer.model, tokenizer, heldout, run.eval, judge, split=False) if heldout else {}
     curve = reward_curve(trainer.state.log_history)
     first, last = curve_ends(curve)
     before["mean_reward"], after["mean_reward"] = first, last

@@ -36,7 +36,26 @@ class PreemptionCallback(TrainerCallback):
         return _REQUESTED["signal"] is not None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.requested:
+        if agreed(self.requested):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+def agreed(requested: bool) -> bool:
+    """Whether any process was asked to stop, agreed by all of them (one all-reduce per step when there are several).
+
+    Schedulers signal the processes of a job one by one: a rank that saved and stopped on its own signal would leave
+    the others waiting in their next step's gradient all-reduce (or in the save's own collectives) until they time
+    out. All ranks stop at the same step end instead, and save the same checkpoint together.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+        return requested
+    import torch
+    from accelerate import PartialState
+
+    flag = torch.tensor([1 if requested else 0], dtype=torch.int32, device=PartialState().device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())

@@ -221,6 +221,38 @@ def _logit_scale(config) -> float:
     return 1.0
 
 
+def _whole_head(head, trainable: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The `lm_head` weight and bias as whole tensors, for the chunked divergence, which reads them directly.
+
+    FSDP2: a `DTensor` is made full with `full_tensor()` once (as TRL's distillation loss does; its backward reduces
+    the gradient back to the shards), not once per chunk. DeepSpeed ZeRO-3: the student's head, read inside the
+    engine's forward (`_forward_redirection`), is gathered by DeepSpeed itself and stays registered for the backward;
+    a head read outside its module's forward (a separate frozen teacher) is only a shard, so it is gathered here and
+    copied (a `.detach()` of the partitioned parameter would point at the empty shard once DeepSpeed frees it).
+    """
+    weight, bias = head.weight, head.bias
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(weight, DTensor):
+        return weight.full_tensor(), (bias.full_tensor() if isinstance(bias, DTensor) else bias)
+    if not hasattr(weight, "ds_id"):
+        return weight, bias
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    if weight.ds_status == ZeroParamStatus.AVAILABLE and weight.numel() > 0:
+        return weight, bias
+    if trainable:
+        raise RuntimeError(
+            "the student's lm_head is partitioned (DeepSpeed ZeRO-3) where the VASD loss reads it; it must be read "
+            "inside the engine's forward (compute_loss through _forward_redirection)"
+        )
+    import deepspeed
+
+    params = [t for t in (weight, bias) if t is not None]
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        return weight.detach().clone(), (bias.detach().clone() if bias is not None else None)
+
+
 def _completion_text(completion) -> str:
     if isinstance(completion, str):
         return completion
@@ -290,7 +322,6 @@ class VASDTrainer(DistillationTrainer):
             optimizers=optimizers,
             peft_config=peft_config,
         )
-        self._rng = random.Random(args.seed + 7919 * self.accelerator.process_index)
         self._end_of_turn_ids = None
         self._setup_teacher(frozen if needs_copy else None, needs_copy)
         self._loss_stats = None
@@ -490,13 +521,29 @@ class VASDTrainer(DistillationTrainer):
             "completion_mask": completion_mask.to(device),
         }
 
+    def row_draws(self, example: dict) -> tuple[float, float]:
+        """The two uniform draws of a row at the current optimizer step: (single-turn replay, on-policy response).
+
+        A function of the seed, the global step and the row's content, not of a per-process random stream, so the
+        draws are the same whichever rank holds the row and however many processes there are (a two-process run
+        trains on the batches of a one-process run), and a run resumed from a checkpoint draws what the uninterrupted
+        run drew. Two rows with identical content in one batch get the same draws.
+        """
+        import hashlib
+        import json
+
+        key = json.dumps([self.args.seed, self.state.global_step, example], sort_keys=True, default=str)
+        rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+        return rng.random(), rng.random()
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """Choose views and responses for a generation batch and return the padded, aligned tensors."""
         args = self.args
         mode = "train" if self.model.training else "eval"
         n = len(inputs)
         mix = args.single_turn_mix if mode == "train" else 0.0
-        single_turn = [self._rng.random() < mix for _ in range(n)]
+        draws = [self.row_draws(ex) for ex in inputs]
+        single_turn = [d[0] < mix for d in draws]
         student_prompts = [ex["teacher_prompt"] if s else ex.get("prompt") for ex, s in zip(inputs, single_turn)]
         rollout = [i for i in range(n) if student_prompts[i] is None]
         for i, prompt in zip(rollout, self.rollout_student_views([inputs[i]["shards"] for i in rollout])):
@@ -508,8 +555,8 @@ class VASDTrainer(DistillationTrainer):
             sources = ["teacher"] * n
         else:
             sources = []
-            for ex in inputs:
-                if self._rng.random() < args.lmbda:
+            for ex, draw in zip(inputs, draws):
+                if draw[1] < args.lmbda:
                     sources.append("student")
                 elif ex.get("completion") is not None:
                     sources.append("data")
@@ -575,15 +622,16 @@ class VASDTrainer(DistillationTrainer):
             torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
             logits_to_keep,
         )
-        head = unwrapped_student.get_output_embeddings()
+        # whole tensors once per micro-batch, before the per-view calls (the same collectives on every rank)
+        head_weight, head_bias = _whole_head(unwrapped_student.get_output_embeddings(), trainable=True)
         config = unwrapped_student.config.get_text_config()
         softcap = getattr(config, "final_logit_softcapping", None)
-        student_hidden = student_hidden.to(head.weight.device)
-        loss_mask = loss_mask.to(head.weight.device)
+        student_hidden = student_hidden.to(head_weight.device)
+        loss_mask = loss_mask.to(head_weight.device)
         if self.args.mode == "sequence":
             out = chunked_nll(
-                student_hidden, head.weight, completion_ids.to(head.weight.device), loss_mask,
-                num_items_in_batch=num_items_in_batch, bias=head.bias, logit_scale=_logit_scale(config),
+                student_hidden, head_weight, completion_ids.to(head_weight.device), loss_mask,
+                num_items_in_batch=num_items_in_batch, bias=head_bias, logit_scale=_logit_scale(config),
                 softcap=softcap,
             )  # fmt: skip
             self._loss_stats = {"nll": out}
@@ -602,7 +650,10 @@ class VASDTrainer(DistillationTrainer):
                     self.teacher_model, teacher_module, self._get_last_hidden_state,
                     teacher_module, teacher_ids, teacher_mask, logits_to_keep,
                 )  # fmt: skip
-        teacher_head = teacher_module.get_output_embeddings()
+        if teacher_module is unwrapped_student:
+            teacher_weight, teacher_bias = head_weight, head_bias
+        else:
+            teacher_weight, teacher_bias = _whole_head(teacher_module.get_output_embeddings(), trainable=False)
         teacher_config = teacher_module.config.get_text_config()
         # One call per view of the student (multi-turn rows, single-turn replay rows) so each is logged on its own;
         # both are normalised by the same token count, so their sum is exactly the loss of one call.
@@ -614,15 +665,15 @@ class VASDTrainer(DistillationTrainer):
         for name, mask in masks.items():
             parts[name] = chunked_generalized_jsd(
                 student_hidden,
-                head.weight,
-                teacher_hidden.to(head.weight.device),
-                teacher_head.weight,
+                head_weight,
+                teacher_hidden.to(head_weight.device),
+                teacher_weight.to(student_hidden.dtype),
                 mask,
                 beta=self.beta,
                 temperature=self.temperature,
                 num_items_in_batch=num_items_in_batch,
-                student_bias=head.bias,
-                teacher_bias=teacher_head.bias,
+                student_bias=head_bias,
+                teacher_bias=teacher_bias,
                 student_logit_scale=_logit_scale(config),
                 teacher_logit_scale=_logit_scale(teacher_config),
                 student_softcap=softcap,
@@ -641,21 +692,24 @@ class VASDTrainer(DistillationTrainer):
         stats, self._loss_stats = self._loss_stats, None
         if stats is not None:
             mode = "train" if self.model.training else "eval"
-            sums = {}
-            for name, part in stats.items():
-                total = self.accelerator.gather_for_metrics(part.token_sum.reshape(1)).sum().item()
-                count = self.accelerator.gather_for_metrics(part.num_tokens.reshape(1)).sum().item()
-                sums[name] = (total, count)
-            if "nll" in sums:
-                total, count = sums["nll"]
+            # One gather of a fixed-size tensor per micro-batch, whichever views this rank's rows hold: ranks whose
+            # batches differ must still make the same collectives (a per-part gather hangs a multi-process run).
+            names = ["nll"] if "nll" in stats else ["multi_turn", "single_turn"]
+            local = torch.zeros(2 * len(names), dtype=torch.float64, device=self.accelerator.device)
+            for i, name in enumerate(names):
+                if name in stats:
+                    local[2 * i] = stats[name].token_sum.detach().double().to(local.device)
+                    local[2 * i + 1] = stats[name].num_tokens.double().to(local.device)
+            sums = self.accelerator.gather(local.unsqueeze(0)).sum(0).tolist()
+            if names == ["nll"]:
+                total, count = sums
                 self._metrics[mode]["vasd/nll"].append(total / count if count else float("nan"))
             else:
-                total = sum(t for t, _ in sums.values())
-                count = sum(c for _, c in sums.values())
+                total, count = sums[0] + sums[2], sums[1] + sums[3]
                 self._metrics[mode]["vasd/divergence"].append(total / count if count else float("nan"))
-                for name in ("multi_turn", "single_turn"):
-                    # NaN when the batch has no row of this view; TRL's `log` averages over the valid values only
-                    t, c = sums.get(name, (0.0, 0))
+                for i, name in enumerate(names):
+                    # NaN when no rank's batch has a row of this view; TRL's `log` averages over the valid values only
+                    t, c = sums[2 * i], sums[2 * i + 1]
                     self._metrics[mode][f"vasd/divergence_{name}"].append(t / c if c else float("nan"))
         return result
 

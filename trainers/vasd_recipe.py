@@ -44,7 +44,15 @@ def load_rows(path: str) -> list[dict]:
     return rows
 
 
-def dataset_rows(spec: str, limit: int | None = None) -> list[dict]:
+def reference_completion(reference: str) -> str:
+    """A reference solution as an off-policy completion: without GSM8K's `<<48/2=24>>` calculator annotations, which
+    the data's annotators' tool wrote and neither view of the model would (`48/2 = <<48/2=24>>24` -> `48/2 = 24`)."""
+    import re
+
+    return re.sub(r"<<[^<>]*>>", "", reference)
+
+
+def dataset_rows(spec: str, limit: int | None = None, allow_test: bool = False) -> list[dict]:
     """VASD rows from a dataset source (`NAME:PATH` or a hub name): the rule sharder splits each math problem.
 
     Each row is `shards` (the student plays the sharded conversation itself, answering every shard but the last),
@@ -52,11 +60,11 @@ def dataset_rows(spec: str, limit: int | None = None) -> list[dict]:
     Lost-in-Conversation records keep their own shards. Items that shard into fewer than two pieces are skipped.
     """
     from fic.chat import full_view
-    from fic.data import load_source
     from fic.data.sharding import shard_math_problem
+    from fic.data.splits import load_training
 
     rows, skipped = [], 0
-    for record in load_source(spec, limit=limit):
+    for record in load_training("train_data", spec, limit=limit, allow_test=allow_test):
         question = record.messages[-1]["content"]
         shards = record.meta.get("shards") or shard_math_problem(question)
         if len(shards) < 2:
@@ -64,7 +72,7 @@ def dataset_rows(spec: str, limit: int | None = None) -> list[dict]:
             continue
         row = {"shards": list(shards), "teacher_prompt": full_view(question)}
         if record.reference:
-            row["completion"] = [{"role": "assistant", "content": record.reference}]
+            row["completion"] = [{"role": "assistant", "content": reference_completion(record.reference)}]
         rows.append(row)
     if skipped:
         logger.warning("%s: %d items gave fewer than two shards and are skipped", spec, skipped)
@@ -139,7 +147,7 @@ def main(recipe) -> None:
     if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
         rows = load_rows(args.train_data)
     elif args.train_data:
-        rows = dataset_rows(args.train_data, limit=args.train_limit)
+        rows = dataset_rows(args.train_data, limit=args.train_limit, allow_test=bool(recipe.raw.get("train_on_test")))
     elif args.synthetic_tasks:
         from fic.data.synthetic import make_tasks
         from fic.trainers.vasd_tiny import evaluate_views, vasd_shard_rows

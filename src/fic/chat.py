@@ -46,6 +46,14 @@ def validate_messages(messages: list[dict], where: str = "messages") -> None:
             raise ValueError(f"{where}[{i}].content: empty {role} message")
 
 
+TEMPLATE_KWARGS_ATTR = "fic_chat_template_kwargs"
+
+
+def set_template_kwargs(tokenizer, kwargs: dict | None) -> None:
+    """Make every `render` with `tokenizer` pass `kwargs` to its chat template (e.g. `{"enable_thinking": False}`)."""
+    setattr(tokenizer, TEMPLATE_KWARGS_ATTR, dict(kwargs or {}))
+
+
 def render(tokenizer, messages: list[dict], add_generation_prompt: bool = False, **template_kwargs) -> str:
     """Render `messages` with the tokenizer's chat template as text (BOS included when the template writes it)."""
     if not getattr(tokenizer, "chat_template", None):
@@ -53,6 +61,9 @@ def render(tokenizer, messages: list[dict], add_generation_prompt: bool = False,
             f"tokenizer {_name(tokenizer)!r} has no chat template; set `tokenizer.chat_template` or use an "
             "instruction-tuned checkpoint"
         )
+    # the recipe's `chat_template_kwargs` (e.g. Qwen3.5's `enable_thinking: false`), attached to the tokenizer by
+    # `fic.trainers.common.prepare`, so every rendering of a run (training data, rollouts, probe contexts) agrees
+    template_kwargs = {**(getattr(tokenizer, TEMPLATE_KWARGS_ATTR, None) or {}), **template_kwargs}
     try:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs

@@ -69,28 +69,41 @@ def summarize(verdicts: list) -> dict:
 
 def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge, temperatures=(0.7,),
                           samples: int = 4, max_new_tokens: int = 48, seed: int = 0,
-                          examples: int = 3) -> dict:  # fmt: skip
+                          examples: int = 3, map_fn=None) -> dict:  # fmt: skip
     """Genuine follow-up rate of the model behind `backend` on `contexts`, pooled and per temperature.
+
+    `map_fn(fn, contexts)` splits the work over processes (`fic.distributed.map_across_ranks`: each rank samples and
+    judges its share of the contexts, every rank gets every verdict); `None` does it all here.
 
     Returns `{"genuine_rate": {"rate", "low", "high", "n"}, "labels": {...}, "judge_errors": k,
     "by_temperature": {"0.7": {...same...}}, "examples": [{"temperature", "user_turn", "label"}, ...]}`.
     """
     check_contexts(contexts)
-    # One judge call for every temperature: the judge encodes each context once.
-    turns = {
-        t: sample_user_turns(backend, tokenizer, contexts, t, samples, max_new_tokens, seed) for t in temperatures
-    }
-    all_contexts = [c for t in temperatures for c in contexts]
-    all_verdicts = iter(judge_turns(judge, all_contexts, [g for t in temperatures for g in turns[t]]))
+
+    def sample_and_judge(share: list[list[dict]]) -> list[dict]:
+        """Per context: {temperature: (turns, verdicts)}. One judge call for every temperature: the judge encodes
+        each context once."""
+        turns = {
+            t: sample_user_turns(backend, tokenizer, share, t, samples, max_new_tokens, seed) for t in temperatures
+        }
+        all_contexts = [c for t in temperatures for c in share]
+        all_verdicts = iter(judge_turns(judge, all_contexts, [g for t in temperatures for g in turns[t]]))
+        out = [{} for _ in share]
+        for t in temperatures:
+            for i in range(len(share)):
+                out[i][t] = (turns[t][i], next(all_verdicts))
+        return out
+
+    per_context = map_fn(sample_and_judge, contexts) if map_fn is not None else sample_and_judge(contexts)
     pooled, by_temperature, shown = [], {}, []
     for t in temperatures:
-        verdicts = [next(all_verdicts) for _ in contexts]
-        flat = [v for group in verdicts for v in group]
+        groups = [row[t] for row in per_context]
+        flat = [v for _, verdicts in groups for v in verdicts]
         pooled += flat
         by_temperature[str(t)] = summarize(flat)
         shown += [
             {"temperature": t, "user_turn": group_turns[0], "label": group_verdicts[0].label}
-            for group_turns, group_verdicts in list(zip(turns[t], verdicts))[:examples]
+            for group_turns, group_verdicts in groups[:examples]
         ]
     overall = summarize(pooled)
     return {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RESERVED_KEYS = ("method", "description")
+RESERVED_KEYS = ("method", "description", "train_on_test")  # train_on_test: see fic.data.splits
 
 
 class RecipeError(ValueError):
@@ -57,15 +57,46 @@ def load_raw(name: str, overrides: list[str], recipes_dir: str | Path) -> dict:
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise RecipeError(f"override {item!r} is not of the form key=value (e.g. learning_rate=1e-5)")
+    import yaml
+
     try:
-        base = OmegaConf.load(path)
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.create(_yaml_load(path.read_text()) or {})
+        for item in overrides:
+            key, text = item.split("=", 1)
+            OmegaConf.update(merged, key, _yaml_load(text) if text.strip() else "", merge=True, force_add=True)
         raw = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as err:
+    except (OmegaConfBaseException, yaml.YAMLError) as err:
         raise RecipeError(f"recipe {path}: {err}") from None
     if not isinstance(raw, dict) or "method" not in raw:
         raise RecipeError(f"recipe {path}: missing top-level key 'method'")
     return raw
+
+
+def _yaml_load(text: str):
+    """YAML with YAML 1.2 booleans: only true/false are booleans, so `save_strategy: no`, `eval_strategy=no` and
+    `report_to=none` keep the Trainer's own spelling (YAML 1.1, as PyYAML and OmegaConf read it, turns yes/no/on/off
+    into booleans). Boolean fields still accept yes/no/on/off: `coerce` converts those strings."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    # and 1e-5 is a number, as in YAML 1.2 (YAML 1.1 needs a dot: 1.0e-5)
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return yaml.load(text, Loader=Loader)  # noqa: S506  (a SafeLoader subclass)
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -182,7 +213,9 @@ def _build(cls: type, values: dict, prefix: str = "") -> Any:
 def _unknown(key: str, valid: list[str], where: str) -> RecipeError:
     close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return RecipeError(f"unknown key {key!r} {where}.{hint} (`python train.py recipe=NAME --help-keys` lists every key)")
+    return RecipeError(
+        f"unknown key {key!r} {where}.{hint} (`python train.py recipe=NAME --help-keys` lists every key)"
+    )
 
 
 def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None = None) -> Recipe:

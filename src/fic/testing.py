@@ -167,8 +167,10 @@ def tiny_model(
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     root = Path(cache_dir) if cache_dir else _cache_root() / "tiny"
     out = root / f"{family}-{arch}-{key}"
-    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+    if _complete(out):
         return str(out)
+    if out.exists():  # an incomplete folder (an older build written by a non-zero rank): build it again
+        shutil.rmtree(out, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
     try:
@@ -214,8 +216,25 @@ def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermed
     model.generation_config = GenerationConfig(
         eos_token_id=end_ids, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
     )
-    model.save_pretrained(out)
+    # Written directly, not with `save_pretrained`: under torch.distributed, transformers writes weights on rank 0
+    # only, and each rank of a multi-process run may be the one that builds the tiny model.
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(out / _WEIGHTS), metadata={"format": "pt"}
+    )
     tokenizer.save_pretrained(out)
+    if not _complete(out):
+        raise RuntimeError(f"tiny model build in {out} is incomplete")
+
+
+_WEIGHTS = "model.safetensors"
+
+
+def _complete(out: Path) -> bool:
+    return all((out / name).is_file() for name in ("config.json", "tokenizer_config.json", _WEIGHTS))
 
 
 def num_parameters(path: str) -> int:

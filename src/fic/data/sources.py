@@ -1,12 +1,13 @@
 """The registry of dataset sources and `load_source`, the one way to read them.
 
-A dataset is named by a spec: `NAME` loads the source's default copy from the Hugging Face hub (`datasets`), and
-`NAME:PATH` reads a local file with the same schema instead (wherever a dataset is named on a command line). Either
+A dataset is named by a spec: `NAME` loads the source's default copy from the Hugging Face hub (`datasets`),
+`NAME@SPLIT` one split of it (`gsm8k@train`; see `fic.data.splits`), and `NAME:PATH` reads a local file with the
+same schema instead (wherever a dataset is named on a command line). Either
 way every row goes through the source's normaliser and comes back as a :class:`~fic.data.records.Record`.
 
 | name | hub default | local file |
 |---|---|---|
-| `gsm8k` | `openai/gsm8k` (main, test) | `test.jsonl` |
+| `gsm8k` | `openai/gsm8k` (main, test; `gsm8k@train` for training) | `train.jsonl`, `test.jsonl` |
 | `ifeval` | `google/IFEval` (train) | `input_data.jsonl` |
 | `ifbench` | `allenai/IFBench_test` (train) | `IFBench_test.jsonl` |
 | `gpqa`, `gpqa_main`, `gpqa_extended` | `Idavidrein/gpqa` (gpqa_diamond / gpqa_main / gpqa_extended; gated) | hub CSV |
@@ -175,6 +176,10 @@ def load_source(spec: str, limit: int | None = None, split: str | None = None) -
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+    from .splits import split_spec
+
+    spec, named_split = split_spec(spec)  # NAME@SPLIT names the hub split; it wins over `split`
+    split = named_split or split
     name, path = parse_spec(spec)
     source = get_source(name)
     if path is not None:

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# GPU smoke test: every GPU recipe for a few optimizer steps, in bf16, on one GPU, with a small model.
+#
+#   bash scripts/gpu_smoke.sh [MODEL]        (default MODEL: a local SmolLM2-135M-Instruct, or HuggingFaceTB/...)
+#
+# Needs torch (CUDA), transformers, accelerate, peft (`make venv`); no vLLM (use_vllm=false) and no judge server
+# (the offline heuristic judge stands in for the LLM judge). Each recipe first prints its plan (--plan), then trains
+# a few steps; the script stops at the first failure and prints a summary line per recipe with its wall time.
+# Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+MODEL=${1:-${FIC_SMOKE_MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}}
+DATA=${FIC_SHARED_DATA:-../shared/data}
+OUT=outputs/gpu_smoke
+mkdir -p "$OUT"
+export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
+
+"$PY" - <<'EOF'
+import torch
+assert torch.cuda.is_available(), "no CUDA device: this script is for a GPU machine"
+print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| bf16:", torch.cuda.is_bf16_supported())
+EOF
+
+# Common to every run: the small model, a few steps, bf16 autocast over fp32 master weights, no hub traffic for data.
+COMMON=(model_name_or_path="$MODEL" dtype=float32 bf16=true max_steps=3 logging_steps=1 save_strategy=no
+        report_to=none gradient_checkpointing=true chat_template_kwargs=null)
+SUMMARY=()
+
+run() {
+  local name=$1; shift
+  echo "=== $name: plan"
+  CUDA_VISIBLE_DEVICES=0 "$PY" train.py "recipe=$name" "${COMMON[@]}" "$@" output_dir="$OUT/$name" --plan
+  echo "=== $name: train"
+  local start=$SECONDS
+  CUDA_VISIBLE_DEVICES=0 "$PY" train.py "recipe=$name" "${COMMON[@]}" "$@" output_dir="$OUT/$name" \
+    2>&1 | tee "$OUT/$name.log" | grep -E "'loss'|error|Error" || true
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then echo "FAILED: $name (log: $OUT/$name.log)"; exit 1; fi
+  SUMMARY+=("$name: ok in $((SECONDS - start)) s")
+}
+
+# VASD (LoRA, base teacher, shard rollouts + on-policy samples) on GSM8K train, short rollouts.
+run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=64 per_device_train_batch_size=4 \
+  rollout_max_new_tokens=64 max_completion_length=128 eval.enabled=false
+# VASD full-parameter (fp32 master weights, bf16 autocast): the combination the refusal leaves allowed.
+run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=32 per_device_train_batch_size=2 \
+  use_peft=false learning_rate=5e-6 rollout_max_new_tokens=32 max_completion_length=64 eval.enabled=false
+# Collab SFT on the real multi-turn conversations, held-out evaluation on HealthBench with the heuristic judge.
+run collab_sft_qwen2b "train_datasets=[mt_bench:$DATA/mt_bench/question.jsonl,healthbench:$DATA/healthbench/oss_eval_first30.jsonl]" \
+  per_device_train_batch_size=2 gradient_accumulation_steps=1 max_length=1024 \
+  "eval.datasets=[gsm8k:$DATA/gsm8k/test.jsonl]" eval.limit=8 eval.judge=heuristic eval.samples=1 \
+  eval.temperatures=[0.7] eval.max_new_tokens=32 eval.response_tokens=64
+# Follow-up RL (GRPO, transformers generation), heuristic judge reward.
+run followup_rl_qwen2b "contexts=[gsm8k:$DATA/gsm8k/train.jsonl]" context_limit=32 context_answers=data \
+  use_vllm=false reward_judge=heuristic num_generations=4 per_device_train_batch_size=4 gradient_accumulation_steps=1 \
+  max_completion_length=32 "eval.datasets=[gsm8k:$DATA/gsm8k/test.jsonl]" eval.limit=8 eval.judge=heuristic \
+  eval.samples=2 eval.temperatures=[1.0] eval.max_new_tokens=32 eval.responses=data
+
+printf '%s\n' "${SUMMARY[@]}"

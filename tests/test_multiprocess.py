@@ -1,0 +1,161 @@
+"""Two processes on the CPU (`accelerate_configs/cpu.yaml --num_processes 2`, one gloo group), for every trainer.
+
+* The `fic_llama3b` recipe on the tiny Llama-3 model, real generation (shard replies, on-policy samples), finishes
+  all its steps (it hung after its first step: ranks made different numbers of gathers).
+* VASD (token mode, `shards` rows, `lmbda > 0`, `single_turn_mix > 0`), collab SFT and follow-up RL: a two-process
+  run has the losses and final weights of a one-process run over the same global batch, and each step's rows are
+  split between the ranks (disjoint shares whose union is the one-process batch). Generation is a content-seeded
+  stand-in there (tests/multiproc_entry.py), since real sampling differs with the per-process seeds.
+* SIGTERM to one rank: both ranks save the same checkpoint at the same step and exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_reliability_eval import child_env
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCELERATE = str(Path(sys.executable).parent / "accelerate")
+
+
+def launch(out: Path, processes: int, args: list[str], timeout: float = 300, **env) -> dict:
+    """Run train.py args through the test entry on `processes` CPU processes; the per-rank records."""
+    ranks = out / "ranks"
+    command = [ACCELERATE, "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu.yaml"),
+               "--num_processes", str(processes), "--main_process_port", "0",
+               str(ROOT / "tests" / "multiproc_entry.py"), str(ranks), *args, f"output_dir={out}"]  # fmt: skip
+    environ = {**child_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "tests")), "WANDB_MODE": "disabled", **env}
+    started = time.time()
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        tail = (err.stderr or b"")[-3000:]
+        pytest.fail(f"{processes}-process run did not finish in {timeout} s (a rank waits on a collective): {tail}")
+    assert done.returncode == 0, done.stderr[-5000:]
+    records = {int(p.stem[4:]): json.loads(p.read_text()) for p in ranks.glob("rank*.json")}
+    assert sorted(records) == list(range(processes))
+    assert all(r["world_size"] == processes for r in records.values())
+    print(f"{processes}-process run: {time.time() - started:.1f} s")
+    return records
+
+
+def losses(record: dict) -> list[tuple[int, float]]:
+    return [(e["step"], e["loss"]) for e in record.get("logs", []) if "loss" in e]
+
+
+def assert_sharded(two: dict, one: dict, steps: int) -> None:
+    """Each step, the ranks of the two-process run trained on disjoint shares of the one-process run's batch."""
+    for step in map(str, range(1, steps + 1)):
+        a, b, whole = two[0]["steps"][step], two[1]["steps"][step], one[0]["steps"][step]
+        assert a and b, f"step {step}: a rank trained on nothing"
+        assert sorted(a + b) == sorted(whole), f"step {step}: the ranks' rows are not the one-process batch"
+        assert not set(a) & set(b), f"step {step}: both ranks trained on the same row"
+
+
+def weights(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    name = "adapter_model.safetensors" if (out / "adapter_model.safetensors").is_file() else "model.safetensors"
+    return load_file(str(out / name))
+
+
+def assert_same_training(tmp_path: Path, args: list[str], batch: int, steps: int, tol: float = 1e-3, **env) -> None:
+    one = launch(tmp_path / "one", 1, [*args, f"per_device_train_batch_size={2 * batch}"], **env)
+    two = launch(tmp_path / "two", 2, [*args, f"per_device_train_batch_size={batch}"], **env)
+    assert_sharded(two, one, steps)
+    l1, l2 = losses(one[0]), losses(two[0])
+    assert [s for s, _ in l1] == [s for s, _ in l2] == list(range(1, steps + 1))
+    assert any(abs(x) > 1e-6 for _, x in l1), f"the losses are all zero, nothing is compared: {l1}"
+    assert l1[0][1] != l1[-1][1], f"the loss did not move, the run did not train: {l1}"
+    # relative: the divergence of the first VASD steps is ~1e-4 and float32 sums in another order differ by ~1e-4 of it
+    assert [x for _, x in l2] == pytest.approx([x for _, x in l1], rel=tol, abs=1e-9)
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert w1.keys() == w2.keys()
+    worst = max((w1[k].float() - w2[k].float()).abs().max().item() for k in w1)
+    assert worst <= 1e-5, f"final weights differ by up to {worst}"
+    print("losses one/two processes:", l1, l2, "worst weight difference:", worst)
+
+
+def gsm8k(shared_data: Path, split: str = "train") -> str:
+    return f"gsm8k:{shared_data / 'gsm8k' / f'{split}.jsonl'}"
+
+
+def test_fic_llama3b_finishes_on_two_processes(tmp_path, shared_data):
+    # The issue's command (tiny model, 32 problems, 6 steps); short shard replies keep it to seconds on a CPU.
+    args = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", f"train_data={gsm8k(shared_data)}",
+            "train_limit=32", "max_steps=6", "per_device_train_batch_size=4", "bf16=false", "dtype=float32",
+            "report_to=none", "eval.enabled=false", "gradient_accumulation_steps=1", "logging_steps=1",
+            "rollout_max_new_tokens=24", "max_completion_length=48"]  # fmt: skip
+    records = launch(tmp_path / "run", 2, args, timeout=400)
+    assert [s for s, _ in losses(records[0])] == [1, 2, 3, 4, 5, 6]
+    steps = records[0]["steps"]
+    assert sorted(map(int, steps)) == [1, 2, 3, 4, 5, 6]
+    for step in steps:  # 4 rows per rank per step, none shared
+        assert len(records[0]["steps"][step]) == len(records[1]["steps"][step]) == 4
+        assert not set(records[0]["steps"][step]) & set(records[1]["steps"][step])
+
+
+VASD = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "train_limit=16", "max_steps=2", "bf16=false",
+        "dtype=float32", "report_to=none", "eval.enabled=false", "gradient_accumulation_steps=1", "logging_steps=1",
+        "save_strategy=no", "lmbda=0.5", "single_turn_mix=0.5", "learning_rate=1e-3", "warmup_steps=0",
+        "max_prompt_length=4096", "max_completion_length=32"]  # fmt: skip
+
+
+def test_vasd_two_processes_train_like_one(tmp_path, shared_data):
+    assert_same_training(tmp_path, [*VASD, f"train_data={gsm8k(shared_data)}"], batch=4, steps=2, FIC_TEST_STANDIN="1")
+
+
+def conversations(path: Path, n: int = 16) -> str:
+    """`n` short conversations, each with a user follow-up after an answer (what collab SFT trains on)."""
+    rows = []
+    for i in range(n):
+        rows.append({"messages": [
+            {"role": "user", "content": f"What is {i} plus {i + 3}?"},
+            {"role": "assistant", "content": f"{i} plus {i + 3} is {2 * i + 3}."},
+            {"role": "user", "content": "Why is that?" + " Please explain." * (i % 4)},
+            {"role": "assistant", "content": f"Because adding {i + 3} to {i} gives {2 * i + 3}."},
+        ]})  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"conversations:{path}"
+
+
+# SGD with a constant rate: weight differences then scale with gradient differences (Adam's normalised step turns
+# float noise in near-zero gradients into differences of the size of the learning rate).
+SGD = ["optim=sgd", "lr_scheduler_type=constant", "warmup_steps=0"]
+
+
+def test_collab_sft_two_processes_train_like_one(tmp_path, shared_data):
+    data = conversations(tmp_path / "data" / "conversations.jsonl")
+    args = ["recipe=collab_sft_tiny", f"train_datasets=[{data}]", "followup_contexts=[]", "max_steps=2",
+            "train_sampling_strategy=random", "save_strategy=no", "report_to=none", "logging_steps=1",
+            "learning_rate=0.5", *SGD, "eval.enabled=false", f"eval.datasets=[{gsm8k(shared_data, 'test')}]",
+            "eval.limit=4", "eval.responses=model", "eval.response_tokens=8", "eval.temperatures=[0.0]",
+            "eval.max_new_tokens=8", "seed=0"]  # fmt: skip
+    assert_same_training(tmp_path, args, batch=4, steps=2)
+
+
+def test_followup_rl_two_processes_train_like_one(tmp_path, shared_data):
+    args = ["recipe=followup_rl_tiny", "model_name_or_path=tiny:chatml", "context_limit=8", "num_generations=4",
+            "max_steps=2", "logging_steps=1", "save_strategy=no", "report_to=none", "learning_rate=0.5", *SGD,
+            f"eval.datasets=[{gsm8k(shared_data, 'test')}]", "eval.limit=4", "eval.temperatures=[1.0]",
+            "eval.samples=2", "eval.max_new_tokens=8"]  # fmt: skip
+    assert_same_training(tmp_path, args, batch=4, steps=2, FIC_TEST_STANDIN="1")
+
+
+def test_sigterm_to_one_rank_stops_both_at_the_same_step(tmp_path, shared_data):
+    args = ["recipe=collab_sft_tiny", "dataset_limit=12", "followup_contexts=[]", "max_steps=8",
+            "per_device_train_batch_size=2", "save_strategy=no", "report_to=none", "logging_steps=1",
+            "eval.enabled=false", "eval.datasets=[]", "ddp_timeout=60"]  # fmt: skip
+    records = launch(tmp_path / "run", 2, args, timeout=240, FIC_TEST_SIGTERM="1:2")
+    assert sorted(map(int, records[0]["steps"])) == sorted(map(int, records[1]["steps"])) == [1, 2]
+    assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (tmp_path / "run" / "checkpoint-3").exists()

@@ -1,0 +1,317 @@
+"""`train.py recipe=NAME [overrides] --plan [--processes N]`: what a recipe will read and do, without loading a model.
+
+Prints each dataset (role, split, rows, source), the optimizer steps, examples per optimizer step for N processes
+(default: $WORLD_SIZE or 1), epochs, warmup steps, the saves and in-training evaluations that will fire, for VASD the
+longest student prompt the data will produce (sharded conversations with replies of `rollout_max_new_tokens`) against
+`max_prompt_length`, and the evaluation cost (prompts x samples x tokens). It never downloads: a hub dataset that is
+not cached is reported as not readable. It fails (`PlanError`, exit 1) when training reads a test split (unless the
+recipe sets `train_on_test: true`) or when training and evaluation data overlap: the same file or hub split, or the
+same items by content hash. Collab SFT and follow-up RL drop the training items that open a held-out conversation
+themselves, so there an overlap is reported with the number of items dropped, and fails only when nothing is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class PlanError(ValueError):
+    """The recipe would train on its evaluation data or on a test split."""
+
+
+@dataclass
+class DataPlan:
+    role: str  # "train" or "eval"
+    field: str
+    spec: str
+    limit: int | None
+    split: str | None = None
+    rows: int | None = None
+    source: str = ""
+    problem: str | None = None
+    records: list = field(default_factory=list, repr=False)
+
+    @property
+    def hashes(self) -> set[str]:
+        return {item_hash(r) for r in self.records}
+
+
+def item_hash(record) -> str:
+    """Content hash of an item: its first user message, whitespace and case folded."""
+    first = next((m["content"] for m in record.messages if m.get("role") == "user"), "")
+    return hashlib.sha256(" ".join(str(first).lower().split()).encode()).hexdigest()[:16]
+
+
+def source_key(spec: str, split: str | None) -> str:
+    """What identifies the data behind a spec: the resolved file, or the hub source and split."""
+    from fic.data.sources import parse_spec
+    from fic.data.splits import split_spec
+
+    bare, _ = split_spec(spec)
+    name, path = parse_spec(bare)
+    if path is not None:
+        return str(Path(path).expanduser().resolve())
+    return f"{name}@{split}"
+
+
+def read(role: str, field_name: str, spec: str, limit: int | None) -> DataPlan:
+    from fic.data import load_source
+    from fic.data.sources import get_source, parse_spec
+    from fic.data.splits import spec_split, split_spec
+
+    item = DataPlan(role, field_name, spec, limit)
+    try:
+        item.split = spec_split(spec, training=role == "train")
+        bare, _ = split_spec(spec)
+        name, path = parse_spec(bare)
+        source = get_source(name)
+        item.source = (
+            path
+            if path is not None
+            else f"hub {source.hub_id}" + (f" ({source.hub_config})" if source.hub_config else "")
+        )
+        item.records = load_source(spec, limit=limit, split=item.split if path is None else None)
+        item.rows = len(item.records)
+    except Exception as err:  # a plan reports what it cannot read instead of failing on it
+        item.problem = f"not readable ({type(err).__name__}: {str(err)[:160]})"
+    return item
+
+
+def datasets(recipe) -> list[DataPlan]:
+    """Every dataset the recipe names, with its role."""
+    from fic.eval.config import EvalConfig
+
+    args = next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
+    ev = recipe.get(EvalConfig)
+    out = []
+    if recipe.method == "vasd":
+        if args.train_data and not (args.train_data.endswith(".jsonl") and ":" not in args.train_data):
+            out.append(read("train", "train_data", args.train_data, args.train_limit))
+        if "lic" in ev.evaluations and ev.lic_data and ev.lic_data != "synthetic" and ev.enabled:
+            out.append(read("eval", "eval.lic_data", ev.lic_data, ev.lic_limit))
+    elif recipe.method == "collab_sft":
+        out += [read("train", "train_datasets", s, args.dataset_limit) for s in args.train_datasets]
+        out += [read("train", "followup_contexts", s, args.dataset_limit) for s in args.followup_contexts]
+    elif recipe.method == "followup_rl":
+        out += [read("train", "contexts", s, args.context_limit) for s in args.contexts]
+    probe = recipe.method != "vasd" or (ev.enabled and "probe" in ev.evaluations)
+    if probe:
+        out += [read("eval", "eval.datasets", s, ev.limit) for s in ev.datasets]
+    return out
+
+
+def check(recipe, items: list[DataPlan]) -> list[str]:
+    """Raise `PlanError` on a test split in training or on train/eval overlap; notes for overlaps a trainer drops."""
+    from fic.data.splits import check_training_split
+
+    notes = []
+    allow_test = bool(recipe.raw.get("train_on_test"))
+    drops = recipe.method in ("collab_sft", "followup_rl")  # they drop training items that open a held-out one
+    for train in (i for i in items if i.role == "train"):
+        for ev in (i for i in items if i.role == "eval"):
+            same = source_key(train.spec, train.split) == source_key(ev.spec, ev.split)
+            shared = train.hashes & ev.hashes
+            if not same and not shared:
+                continue
+            what = "the same file" if same and ":" in train.spec else ("the same hub split" if same else "")
+            detail = ", ".join(x for x in (what, f"{len(shared)} items with the same content" if shared else "") if x)
+            message = f"training data {train.field}={train.spec!r} overlaps evaluation data {ev.field}={ev.spec!r} ({detail})"
+            if not drops:
+                raise PlanError(message + "; train on the train split and evaluate on the test split")
+            left = sum(1 for r in train.records if item_hash(r) not in ev.hashes)
+            if train.rows is not None and left == 0:
+                raise PlanError(message + "; no training item would be left after dropping the held-out ones")
+            notes.append(f"note: {message}; the trainer drops the {len(shared)} held-out items ({left} left)")
+    for item in items:  # after the overlap check, so train=test data is named as the overlap it is
+        if item.role == "train":
+            try:
+                check_training_split(item.field, item.spec, allow_test)
+            except Exception as err:
+                raise PlanError(str(err)) from None
+    return notes
+
+
+def schedule(recipe, args, train_rows: int | None, processes: int) -> list[str]:
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+    lines = []
+    unit = "completions" if recipe.method == "followup_rl" else "examples"
+    examples = train_rows
+    if recipe.method == "followup_rl" and train_rows is not None:
+        examples = train_rows * args.num_generations
+        lines.append(f"prompts per optimizer step: {per_step // max(args.num_generations, 1)}")
+    lines.insert(0, f"{unit} per optimizer step: {per_step} ({args.per_device_train_batch_size} per device x "
+                    f"{args.gradient_accumulation_steps} accumulation x {processes} processes)")  # fmt: skip
+    if args.max_steps and args.max_steps > 0:
+        steps = args.max_steps
+        epochs = f"{steps * per_step / examples:.2f}" if examples else "?"
+    elif examples is not None:
+        steps = math.ceil(examples / per_step) * math.ceil(args.num_train_epochs)
+        epochs = f"{args.num_train_epochs:g}"
+    else:
+        steps, epochs = None, f"{args.num_train_epochs:g}"
+    lines.append(f"optimizer steps: {steps if steps is not None else '? (training data not readable)'}")
+    lines.append(f"epochs: {epochs}")
+    warmup = args.warmup_steps or 0
+    if steps is not None:
+        warm = math.ceil(warmup * steps) if 0 < warmup < 1 else int(warmup)
+        lines.append(f"warmup steps: {warm}")
+    saves = save_steps(args, steps, examples, per_step)
+    lines.append(f"saves: {len(saves)} at steps {saves[:12]}{' ...' if len(saves) > 12 else ''}")
+    from fic.eval.config import EvalConfig
+
+    ev = recipe.get(EvalConfig)
+    if ev.enabled:
+        fired = saves[ev.every_n_saves - 1 :: ev.every_n_saves]
+        lines.append(f"in-training evaluations ({', '.join(ev.evaluations)}): {len(fired)} at steps {fired}")
+    else:
+        lines.append("in-training evaluations: none (eval.enabled is false)")
+    return lines
+
+
+def save_steps(args, steps: int | None, examples: int | None, per_step: int) -> list[int]:
+    strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
+    if steps is None or strategy == "no":
+        return []
+    if strategy == "steps":
+        every = math.ceil(args.save_steps * steps) if args.save_steps < 1 else int(args.save_steps)
+        return list(range(every, steps + 1, every))
+    if strategy == "epoch" and examples:
+        per_epoch = math.ceil(examples / per_step)
+        return [e * per_epoch for e in range(1, math.ceil(steps / per_epoch) + 1) if e * per_epoch <= steps] or [steps]
+    return [steps] if strategy == "best" else []
+
+
+def prompt_lengths(recipe, args, items: list[DataPlan]) -> list[str]:
+    """VASD: the longest student prompt the sharded rows will produce, against max_prompt_length."""
+    from fic.modeling import ModelArguments
+
+    train = [i for i in items if i.role == "train" and i.records]
+    if recipe.method != "vasd" or not train:
+        return []
+    from fic.chat import full_view, render, sharded_view
+    from fic.data.sharding import shard_math_problem
+
+    reply = args.rollout_max_new_tokens or args.max_completion_length or 0
+    tokenizer, how = None, "estimated at 4 characters per token (tokenizer not available offline)"
+    try:
+        from transformers import AutoTokenizer
+
+        from fic.modeling import resolve_model_name
+
+        name = resolve_model_name(recipe.get(ModelArguments).model_name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        how = "with the model's tokenizer and template"
+    except Exception:
+        pass
+    candidates = []
+    for record in train[0].records:
+        question = record.messages[-1]["content"]
+        shards = record.meta.get("shards") or shard_math_problem(question)
+        if len(shards) >= 2:
+            candidates.append((len(shards), len(question), shards, question))
+    if not candidates:
+        return []
+    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
+
+    def count(messages) -> int:
+        if tokenizer is None:
+            return sum(len(m["content"]) for m in messages) // 4 + 8 * len(messages)
+        return len(
+            tokenizer(render(tokenizer, messages, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+        )
+
+    longest, longest_teacher = 0, 0
+    for n, _, shards, question in candidates[:20]:
+        longest = max(longest, count(sharded_view(shards, ["x"] * (n - 1))) + (n - 1) * reply)
+        longest_teacher = max(longest_teacher, count(full_view(question)))
+    lines = [
+        f"longest student prompt: {longest} tokens ({candidates[0][0]} shards, replies of {reply} tokens; {how}) "
+        f"against max_prompt_length={args.max_prompt_length}"
+        + ("" if args.max_prompt_length is None or longest <= args.max_prompt_length else "  WARNING: over the limit"),
+        f"longest teacher prompt: {longest_teacher} tokens against max_teacher_prompt_length="
+        f"{args.max_teacher_prompt_length}",
+    ]
+    return lines
+
+
+def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
+    from fic.eval.config import EvalConfig
+
+    ev = recipe.get(EvalConfig)
+    lines = []
+    per_prompt = sum(1 if t == 0 else ev.samples for t in ev.temperatures) * max(len(ev.perturbations), 1)
+    for item in (i for i in items if i.role == "eval" and i.field == "eval.datasets"):
+        prompts = item.rows if item.rows is not None else ev.limit
+        lines.append(f"probe {item.spec}: {prompts} prompts x {per_prompt} samples x {ev.max_new_tokens} tokens "
+                     f"= {prompts * per_prompt * ev.max_new_tokens} generated tokens per evaluation"
+                     + (f" (+ {prompts} answers x {ev.response_tokens} tokens)" if ev.responses == "model" else ""))  # fmt: skip
+    for item in (i for i in items if i.role == "eval" and i.field == "eval.lic_data"):
+        prompts = item.rows if item.rows is not None else ev.lic_limit
+        lines.append(f"lic {item.spec}: {prompts} tasks x {len(ev.lic_modes)} views x {ev.lic_runs} runs x "
+                     f"{ev.lic_max_new_tokens} tokens per answer, per evaluation")  # fmt: skip
+    if lines:
+        lines.append(f"evaluations: {evaluations}")
+    return lines
+
+
+def train_rows(recipe, args, items: list[DataPlan]) -> int | None:
+    train = [i for i in items if i.role == "train"]
+    if recipe.method == "vasd" and args.synthetic_tasks:
+        return args.synthetic_tasks
+    if (
+        recipe.method == "vasd"
+        and args.train_data
+        and args.train_data.endswith(".jsonl")
+        and ":" not in args.train_data
+    ):
+        path = Path(args.train_data)
+        return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.is_file() else None
+    if not train or any(i.rows is None for i in train):
+        return None
+    if recipe.method == "vasd":
+        from fic.data.sharding import shard_math_problem
+
+        return sum(
+            1
+            for r in train[0].records
+            if len(r.meta.get("shards") or shard_math_problem(r.messages[-1]["content"])) >= 2
+        )
+    if recipe.method == "collab_sft":
+        real = sum(i.rows for i in train if i.field == "train_datasets")
+        contexts = sum(i.rows for i in train if i.field == "followup_contexts")
+        return real + contexts * args.followups_per_context
+    return sum(i.rows for i in train)
+
+
+def make_plan(recipe, processes: int) -> str:
+    """The plan as text; raises `PlanError` on a test split in training or train/eval overlap."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    from fic.eval.config import EvalConfig
+
+    args = next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
+    items = datasets(recipe)
+    notes = check(recipe, items)
+    lines = [f"plan for recipe {recipe.name} (method {recipe.method}), {processes} process(es)", "datasets:"]
+    for i in items:
+        state = i.problem or f"{i.rows} rows"
+        lines.append(f"  {i.role:5} {i.field}={i.spec} split={i.split or '-'} {state} source={i.source or '?'}"
+                     + (f" (limit {i.limit})" if i.limit else ""))  # fmt: skip
+    if recipe.method == "vasd" and args.synthetic_tasks:
+        lines.append(f"  train synthetic_tasks={args.synthetic_tasks} (generated; test split held out)")
+    rows = train_rows(recipe, args, items)
+    lines.append(f"training examples: {rows if rows is not None else '?'}"
+                 + (" (at most: judged follow-ups)" if recipe.method == "collab_sft" else ""))  # fmt: skip
+    sched = schedule(recipe, args, rows, processes)
+    lines += sched
+    lines += prompt_lengths(recipe, args, items)
+    ev = recipe.get(EvalConfig)
+    fired = next((int(s.split(": ")[1].split()[0]) for s in sched if s.startswith("in-training evaluations (")), 0)
+    evaluations = fired if recipe.method == "vasd" else fired + 2  # collab SFT / follow-up RL: before and after too
+    lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.lic_data else []
+    lines += notes
+    return "\n".join(lines)

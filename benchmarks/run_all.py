@@ -1,7 +1,7 @@
 """Run every benchmark, one fresh process each, and print their result lines (`make bench`).
 
 Each script prints one JSON line `{"name": ..., <figures>}` and writes `benchmarks/results/<name>.json`; this
-runner prints the five lines on stdout, and progress and a failing script's stderr on stderr. It exits non-zero when
+runner prints their lines on stdout, and progress and a failing script's stderr on stderr. It exits non-zero when
 any script failed, after running the others.
 
     python benchmarks/run_all.py [--size smoke|cpu|gpu] [--only probe_throughput,judge_throughput] [extra flags...]
@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("probe_throughput", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl")
+BENCHMARKS = (
+    "probe_throughput", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl", "vasd_onpolicy",
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,6 +196,39 @@ def test_modes_adapter_and_checkpointing_settings_come_back(tmp_path, model_dir,
             assert not torch.allclose(student(ids).logits, before)
 
 
+def test_lora_student_decodes_with_folded_weights_and_gets_them_back(tmp_path, model_dir, tokenizer):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+    model = ending_model(model_dir, tokenizer)
+    trainer = VASDTrainer(model, args=config(tmp_path), train_dataset=shard_rows(), processing_class=tokenizer,
+                          peft_config=lora)  # fmt: skip
+    student = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad():
+        for name, param in student.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    weights = {n: p.detach().clone() for n, p in student.named_parameters()}
+    rollouts = trainer._rollouts
+    prompts = [list(ids) for ids in trainer._tokenize_prompts([full_view(s[0]) for s in SHARDS])[0]]
+    kw = dict(as_teacher=False, temperature=0.0, max_new_tokens=12, greedy_override=True)
+    folded = rollouts.generate(prompts, **kw)
+    rollouts.merge_lora = False
+    unfolded = rollouts.generate(prompts, **kw)
+    # the same greedy replies up to float-noise ties (the rule of test_greedy_replies_equal_model_generate)
+    for prompt, got, want in zip(prompts, folded, unfolded):
+        if got != want:
+            at = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            with torch.no_grad():
+                logits = student(torch.tensor([prompt + want[:at]])).logits[0, -1]
+            top = logits.topk(2).values
+            assert top[0] - top[1] <= 1e-4, (got, want)
+    assert all(torch.equal(p, weights[n]) for n, p in student.named_parameters())  # bit for bit
+    adapter_on = student(torch.tensor([prompts[0]])).logits
+    with trainer.teacher_context():
+        assert not torch.allclose(student(torch.tensor([prompts[0]])).logits, adapter_on)  # the adapters are on
+
+
 class FakeVLLMGeneration:
     """Stands in for TRL's `VLLMGeneration`: records the settings of each call, answers one token and EOS."""
 

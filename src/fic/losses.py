@@ -176,10 +176,9 @@ def chunked_generalized_jsd(
     from trl.kernels.chunked_divergence import ChunkedDivergenceFunction
 
     _check_beta_temperature(beta, temperature)
-    if student_weight.shape[0] != teacher_weight.shape[0]:
-        raise ValueError(
-            f"teacher_weight: vocabulary {teacher_weight.shape[0]} differs from the student's {student_weight.shape[0]}"
-        )
+    vocab_s, vocab_t = _rows(student_weight), _rows(teacher_weight)
+    if vocab_s != vocab_t:
+        raise ValueError(f"teacher_weight: vocabulary {vocab_t} differs from the student's {vocab_s}")
     if student_hidden.shape[:-1] != teacher_hidden.shape[:-1]:
         raise ValueError(
             f"teacher_hidden: positions {tuple(teacher_hidden.shape[:-1])} differ from the student's "
@@ -204,8 +203,8 @@ def chunked_generalized_jsd(
             student_weight,
             student_bias,
             h_t[start : start + chunk],
-            teacher_weight.detach(),
-            None if teacher_bias is None else teacher_bias.detach(),
+            _no_grad(teacher_weight),
+            _no_grad(teacher_bias),
             float(beta),
             float(temperature),
             float(student_logit_scale),
@@ -220,6 +219,21 @@ def chunked_generalized_jsd(
     n_local = torch.tensor(n, device=per_token.device)
     loss = _reduce(per_token, num_items_in_batch, n_local)
     return LossOutput(loss, per_token.detach().sum(), entropy.detach().sum(), n_local)
+
+
+def _rows(weight: torch.Tensor) -> int:
+    """Vocabulary size of an `lm_head` weight; a DeepSpeed ZeRO-3 parameter outside its gather is an empty shard
+    that keeps its real shape in `ds_shape`."""
+    return int(weight.ds_shape[0]) if hasattr(weight, "ds_shape") else int(weight.shape[0])
+
+
+def _no_grad(tensor):
+    """The teacher's weight as the kernel should see it: detached, except a DeepSpeed ZeRO-3 parameter, which the
+    kernel gathers itself (`maybe_gather_lm_head_ctx`) and which a `.detach()` would turn into its empty local shard
+    without the `ds_status` the gather reads. The kernel returns no gradient for the teacher either way."""
+    if tensor is None or hasattr(tensor, "ds_status"):
+        return tensor
+    return tensor.detach()
 
 
 def chunked_nll(

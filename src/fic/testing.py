@@ -168,6 +168,7 @@ def tiny_model(
     root = Path(cache_dir) if cache_dir else _cache_root() / "tiny"
     out = root / f"{family}-{arch}-{key}"
     if _complete(out):
+        _record_architecture(out, arch)
         return str(out)
     if out.exists():  # an incomplete folder (an older build written by a non-zero rank): build it again
         shutil.rmtree(out, ignore_errors=True)
@@ -220,6 +221,7 @@ def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermed
     # only, and each rank of a multi-process run may be the one that builds the tiny model.
     from safetensors.torch import save_file
 
+    model.config.architectures = [cls.__name__]  # what save_pretrained records (TRL builds copies from it)
     model.config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
     save_file(
@@ -231,6 +233,19 @@ def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermed
 
 
 _WEIGHTS = "model.safetensors"
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+
+def _record_architecture(out: Path, arch: str) -> None:
+    """Builds written before the config recorded its architecture get it (`trl.create_model_from_path` reads it)."""
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    if config.get("architectures") or arch not in _ARCHITECTURES:
+        return
+    config["architectures"] = [_ARCHITECTURES[arch]]
+    tmp = path.with_name(f".config.{os.getpid()}.json")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
+    os.replace(tmp, path)
 
 
 def _complete(out: Path) -> bool:

@@ -44,6 +44,7 @@ class Size:
     completion_tokens: int  # max_completion_length (on-policy responses) and dataset completions
     words_per_shard: int
     rows: int = 16
+    grad_accum: int = 1  # gradient_accumulation_steps (all its rows are generated in one generation batch)
 
 
 SIZES = {
@@ -131,7 +132,8 @@ def make_trainer(kind: str, path: str, size: Size, rows: list[dict], device: str
         with torch.no_grad():
             head.bias[tokenizer.eos_token_id] = bias
     config = VASDConfig(
-        **training.common_args(spec, device, seed), teacher_mode="base", lmbda=0.0 if kind == "precomputed" else 0.5,
+        **{**training.common_args(spec, device, seed), "gradient_accumulation_steps": size.grad_accum},
+        teacher_mode="base", lmbda=0.0 if kind == "precomputed" else 0.5,
         single_turn_mix=0.0, beta=0.5, temperature=1.0, max_completion_length=size.completion_tokens,
         rollout_max_new_tokens=size.rollout_tokens, shuffle_dataset=False,
     )  # fmt: skip
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         figures[f"{kind}_step_s"] = t_wall[kind]
     return common.emit(
         NAME, figures, args, spec=asdict(size.spec), rollout_tokens=size.rollout_tokens,
-        completion_tokens=size.completion_tokens, words_per_shard=size.words_per_shard, rows=size.rows, lmbda=0.5,
+        completion_tokens=size.completion_tokens, words_per_shard=size.words_per_shard, rows=size.rows, grad_accum=size.grad_accum, lmbda=0.5,
         end_bias=bias, model=Path(path).name, clock=clock, seconds_wall=wall, seconds_cpu=cpu, rollout_seconds=rollout_s,
     )  # fmt: skip
 

@@ -13,9 +13,10 @@ For every example of a batch:
    does; with earlier replies fixed in advance the trained model meets different replies of its own at test time),
    or, with probability `single_turn_mix`, the teacher's own single-turn prompt (replay: the loss then anchors the
    single-turn behaviour to the teacher, which keeps it from eroding while the multi-turn behaviour moves).
-2. Choose the response: with probability `lmbda` the student samples it in the student view (on-policy, through the
-   model's `generate` or TRL's vLLM path); otherwise the dataset's `completion`, or, without one, a sample of the
-   teacher in the teacher view.
+2. Choose the response: with probability `lmbda` the student samples it in the student view (on-policy); otherwise
+   the dataset's `completion`, or, without one, a sample of the teacher in the teacher view. Every generation of a
+   step (shard replies, on-policy and teacher samples) goes through `fic.trainers.vasd_rollout` (fic's decode loop
+   on transformers, TRL's vLLM path with `use_vllm`; the same calls on every process).
 3. Build both sequences by concatenating token ids: `student_prompt_ids + response_ids` and
    `teacher_prompt_ids + response_ids`, the same response ids in both (never re-tokenised joined text). Prompts
    are left-padded and responses right-padded, so the last `C` positions of both sequences predict the same response

@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = str(Path(sys.executable).parent / "accelerate")
 
 
-def launch(out: Path, processes: int, args: list[str], timeout: float = 300, **env) -> dict:
+def launch(out: Path, processes: int, args: list[str], timeout: float = 300, config: str = "cpu.yaml",
+           **env) -> dict:  # fmt: skip
     """Run train.py args through the test entry on `processes` CPU processes; the per-rank records."""
     ranks = out / "ranks"
-    command = [ACCELERATE, "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu.yaml"),
+    command = [ACCELERATE, "launch", "--config_file", str(ROOT / "accelerate_configs" / config),
                "--num_processes", str(processes), "--main_process_port", "0",
                str(ROOT / "tests" / "multiproc_entry.py"), str(ranks), *args, f"output_dir={out}"]  # fmt: skip
     environ = {**child_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "tests")), "WANDB_MODE": "disabled", **env}
@@ -159,3 +160,62 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(tmp_path, shared_data):
     assert sorted(map(int, records[0]["steps"])) == sorted(map(int, records[1]["steps"])) == [1, 2]
     assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
     assert not (tmp_path / "run" / "checkpoint-3").exists()
+
+
+TOPOLOGY = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "train_limit=32", "max_steps=2",
+            "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "bf16=false", "dtype=float32",
+            "report_to=none", "eval.enabled=false", "logging_steps=1", "save_strategy=no",
+            "rollout_max_new_tokens=16", "max_completion_length=24", "gradient_checkpointing=false"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "config,extra",
+    [("zero2_cpu.yaml", []), ("zero3_cpu.yaml", []), ("zero3_cpu.yaml", ["use_peft=false"]), ("fsdp2_cpu.yaml", [])],
+    ids=["zero2", "zero3-lora", "zero3-full", "fsdp2"],
+)
+def test_vasd_on_sharded_topologies(tmp_path, shared_data, config, extra):
+    """DeepSpeed ZeRO-2/3 (DS_ACCELERATOR=cpu) and FSDP2 on 2 CPU processes: one gloo group of 2 (not two lone main
+    processes), each rank training on 4 of the 8 rows of every step, and VASD's 2 steps logged. ZeRO-3 full-parameter
+    has a separate frozen teacher whose lm_head the loss reads outside its forward (the gathered-weight path)."""
+    if config.startswith("zero"):
+        pytest.importorskip("deepspeed")
+    records = launch(tmp_path / "run", 2, [*TOPOLOGY, f"train_data={gsm8k(shared_data)}", *extra], config=config)
+    assert [s for s, _ in losses(records[0])] == [1, 2]
+    for step in ("1", "2"):
+        a, b = records[0]["steps"][step], records[1]["steps"][step]
+        assert len(a) == len(b) == 4 and not set(a) & set(b)
+
+
+def test_checkpoint_evaluation_under_fsdp_reads_the_checkpoint_from_disk(tmp_path, shared_data):
+    """FSDP2 on 2 processes with `eval.load_from=disk` and SHARDED_STATE_DICT: the checkpoint is evaluated once,
+    from whole weights (transformers 5 writes a full `model.safetensors` here; where a checkpoint holds only shards,
+    `fic.trainers.callbacks.full_weights` gathers them first, see the test below)."""
+    args = [*TOPOLOGY, f"train_data={gsm8k(shared_data)}", "save_strategy=steps", "save_steps=2", "use_peft=false",
+            "eval.enabled=true", "eval.every_n_saves=1", "eval.load_from=disk", "eval.evaluations=[lic]",
+            "eval.lic_data=synthetic", "eval.lic_limit=2", "eval.lic_max_new_tokens=4", "eval.datasets=[]"]  # fmt: skip
+    config = tmp_path / "fsdp2_sharded.yaml"  # accelerate sets FSDP_STATE_DICT_TYPE from the config file
+    text = (ROOT / "accelerate_configs" / "fsdp2_cpu.yaml").read_text()
+    config.write_text(text.replace("FULL_STATE_DICT", "SHARDED_STATE_DICT"))
+    launch(tmp_path / "run", 2, args, config=str(config))
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    assert (checkpoint / "eval" / "metrics.json").is_file()
+    history = (tmp_path / "run" / "eval" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 1  # once, by the main process
+
+
+def test_full_weights_are_written_for_a_checkpoint_without_them(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fic.testing import tiny_model
+    from fic.trainers.callbacks import full_weights
+
+    path = tiny_model("chatml")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    checkpoint = tmp_path / "checkpoint-1"
+    checkpoint.mkdir()
+    (checkpoint / "pytorch_model_fsdp_0").mkdir()  # what a sharded FSDP save leaves instead of model.safetensors
+    target = full_weights(checkpoint, model, tokenizer)
+    assert target == checkpoint / "full_model"
+    reloaded = AutoModelForCausalLM.from_pretrained(target)
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+    assert full_weights(target, model, tokenizer) == target  # whole weights: used as they are

@@ -50,6 +50,40 @@ def parameters_sharded() -> bool:
     return False
 
 
+def fsdp_enabled() -> bool:
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType
+
+    return PartialState().distributed_type == DistributedType.FSDP
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+
+
+def full_weights(checkpoint: Path, model, tokenizer) -> Path:
+    """A folder with whole weights for `checkpoint` (called on every rank under FSDP; returns the same path on all).
+
+    With `fsdp_state_dict_type: SHARDED_STATE_DICT` (accelerate_configs/fsdp.yaml) a checkpoint holds per-rank shards
+    that `from_pretrained` cannot read: the full state dict is gathered (a collective) and the main process writes it
+    with the tokenizer to `checkpoint-N/full_model/`, which the evaluation loads. A checkpoint that already has whole
+    weights is used as it is.
+    """
+    if any((checkpoint / name).is_file() for name in WEIGHT_FILES):
+        return checkpoint
+    from accelerate import PartialState
+    from accelerate.utils import extract_model_from_parallel
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state_dict = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    target = checkpoint / "full_model"
+    if PartialState().is_main_process:
+        extract_model_from_parallel(model).save_pretrained(target, state_dict=state_dict)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(target)
+    wait_for_everyone()
+    return target
+
+
 class RecipeConfigCallback(TrainerCallback):
     """Adds the recipe (secrets redacted) to the wandb run's config under `recipe`, next to the Trainer's args."""
 
@@ -128,13 +162,21 @@ class EvalCallback(TrainerCallback):
         if self.saves % self.config.every_n_saves:
             return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        weights = None
+        if self._load_from() == "disk" and fsdp_enabled() and model is not None:
+            # every rank: gathering a full state dict out of FSDP shards is a collective
+            weights = full_weights(checkpoint, model, self.tokenizer or _tokenizer_of(processing_class))
         try:
             if state.is_world_process_zero:
-                self.evaluate(checkpoint, state.global_step, model, processing_class, args.output_dir)
+                self.evaluate(checkpoint, state.global_step, model, processing_class, args.output_dir, weights)
         finally:
             wait_for_everyone()
 
-    def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir) -> dict:
+    def _load_from(self) -> str:
+        load_from = self.config.load_from
+        return ("disk" if parameters_sharded() else "memory") if load_from == "auto" else load_from
+
+    def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir, weights=None) -> dict:
         from accelerate.utils import extract_model_from_parallel
 
         from fic.eval.checkpoints import (
@@ -147,9 +189,7 @@ class EvalCallback(TrainerCallback):
         )
         from fic.generation import get_backend
 
-        load_from = self.config.load_from
-        if load_from == "auto":
-            load_from = "disk" if parameters_sharded() else "memory"
+        load_from = self._load_from()
         if load_from == "memory" and model is None:
             raise ValueError("EvalCallback: the Trainer passed no model to on_save; set eval.load_from=disk")
         lock = CheckpointLock(checkpoint)
@@ -167,7 +207,7 @@ class EvalCallback(TrainerCallback):
                 model = extract_model_from_parallel(model)
                 backend = get_backend("transformers", model, tokenizer=tokenizer, batch_size=self.config.batch_size)
             else:
-                backend, tokenizer, _ = make_backend(checkpoint, "transformers", self.config.batch_size)
+                backend, tokenizer, _ = make_backend(weights or checkpoint, "transformers", self.config.batch_size)
             record = evaluate(backend, tokenizer, self.config, checkpoint / EVAL_DIR, model_path=checkpoint, step=step)
             del backend
         finally:

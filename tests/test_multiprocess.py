@@ -219,3 +219,16 @@ def test_full_weights_are_written_for_a_checkpoint_without_them(tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(target)
     assert all((a == b).all() for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
     assert full_weights(target, model, tokenizer) == target  # whole weights: used as they are
+
+
+def test_model_answers_and_the_evaluation_before_training_are_split_across_ranks(tmp_path, shared_data):
+    """`context_answers: model` and `eval.responses: model`: every item is answered once over the two ranks, not
+    once per rank, and both ranks take part (the main process does not work alone while the other waits)."""
+    args = ["recipe=followup_rl_tiny", "model_name_or_path=tiny:chatml", "context_limit=8", "context_answers=model",
+            "num_generations=4", "per_device_train_batch_size=4", "max_steps=1", "save_strategy=no",
+            "report_to=none", f"eval.datasets=[{gsm8k(shared_data, 'test')}]", "eval.limit=4",
+            "eval.responses=model", "eval.response_tokens=8", "eval.temperatures=[1.0]", "eval.samples=2",
+            "eval.max_new_tokens=8"]  # fmt: skip
+    records = launch(tmp_path / "run", 2, args, FIC_TEST_STANDIN="1")
+    answered = [records[r].get("answered", 0) for r in (0, 1)]
+    assert sum(answered) == 8 + 4 and min(answered) > 0, answered

@@ -402,7 +402,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperatures", help="comma-separated probe temperatures, e.g. 0,0.7,1.0")
     parser.add_argument("--samples", type=int, help="user turns per item and temperature")
     parser.add_argument("--limit", type=int, help="items per dataset")
-    parser.add_argument("--judge", choices=["heuristic", "llm", "cascade"])
+    parser.add_argument("--judge", choices=["heuristic", "learned", "llm", "cascade"])
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint for the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")
     parser.add_argument("--backend", choices=["transformers", "vllm"], help="generation backend (default: config)")

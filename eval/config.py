@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 EVALUATIONS = ("probe", "lic", "regret")
-JUDGES = ("heuristic", "llm", "cascade")
+JUDGES = ("heuristic", "learned", "llm", "cascade")
 BACKENDS = ("transformers", "vllm")
 LOAD_FROM = ("auto", "memory", "disk")
 
@@ -124,7 +124,7 @@ class EvalConfig:
             raise ValueError("eval.evaluations: empty; name at least one of probe, lic, regret (or set enabled=false)")
         if self.judge not in JUDGES:
             raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: {', '.join(JUDGES)}")
-        if self.judge != "heuristic" and not (self.judge_base_url and self.judge_model):
+        if self.judge in ("llm", "cascade") and not (self.judge_base_url and self.judge_model):
             raise ValueError(
                 f"eval.judge={self.judge!r} needs eval.judge_base_url and eval.judge_model (an OpenAI-compatible chat "
                 "endpoint); or use eval.judge=heuristic"

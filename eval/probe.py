@@ -161,6 +161,9 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         "responses": responses, "judge": getattr(judge, "name", type(judge).__name__),
     }  # fmt: skip
     summary["skipped_items"] = skipped
+    from fic.judges.validity import judge_validity
+
+    summary["judge_validity"] = judge_validity(judge)
     write_json(out_dir / "summary.json", summary)
     if report:
         from .probe_plots import write_plots
@@ -205,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperatures", default="0,0.3,0.7,1.0")
     parser.add_argument("--samples", type=int, default=1, help="user turns per item and temperature")
     parser.add_argument("--perturbations", default="none", help="comma-separated: none,truncate,question")
-    parser.add_argument("--judge", default="heuristic", choices=["heuristic", "llm", "cascade"])
+    parser.add_argument("--judge", default="heuristic", choices=["heuristic", "learned", "llm", "cascade"])
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint for the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")
     parser.add_argument("--limit", type=int, default=20, help="items per dataset")
@@ -241,5 +244,8 @@ def run(args: argparse.Namespace) -> int:
             for pert, cell in perts.items():
                 print(f"{dataset:>14} {temp:>5} {pert:>9}: genuine {cell['rate']:.3f} "
                       f"[{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']} errors={cell['judge_errors']}")  # fmt: skip
+    from fic.judges.validity import validity_line
+
+    print(validity_line(summary["judge_validity"]))
     print(f"wrote {Path(args.out) / 'summary.json'}")
     return 0

@@ -139,6 +139,10 @@ def probe_report(summary: dict, samples: list[dict], out_path: str | Path, title
     out_path = Path(out_path)
     summary = summary or {}
     parts = [section("Genuine follow-up", probe_rate_table(samples)), section("Labels", probe_label_table(samples))]
+    if summary.get("judge_validity"):
+        from fic.judges.validity import validity_line
+
+        parts.insert(0, section("Judge", tag("p", validity_line(summary["judge_validity"]))))
     accuracy = summary.get("accuracy") or {}
     if accuracy:
         rows = [[d, a.get("accuracy"), a.get("n")] for d, a in sorted(accuracy.items())]

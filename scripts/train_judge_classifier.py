@@ -3,9 +3,10 @@
 
     python scripts/train_judge_classifier.py [--labels labels/followup/labels.jsonl] [--out src/fic/judges/classifier.json]
 
-Fits `fic.judges.classifier` on the train split (only the cases the surface rules leave open: that is all the
-classifier ever sees), chooses the L2 strength and the P(genuine) threshold on dev (highest binary kappa of the
-whole judge whose false-positive rate stays <= 10%), writes the classifier, and scores the whole judge on the test
+Fits `fic.judges.classifier` on the cases the surface rules leave open (that is all the classifier ever sees),
+chooses the L2 strength and the P(genuine) threshold by cross-validation over the train + dev items (grouped by
+item; highest binary kappa of the whole judge whose false-positive rate stays <= 10%), refits on train + dev,
+writes the classifier, and scores the whole judge on the test
 split it never saw: binary kappa, false-positive rate (failures called genuine), label accuracy, genuine rate per
 dataset against the labelled rate, beside the rules-only judge; plus the cascade's share of unsure cases and what
 sending them to a perfect second judge (the labels) would buy. Everything goes to `labels/followup/judge_eval.json`.
@@ -21,13 +22,17 @@ from pathlib import Path
 import numpy as np
 
 from fic.judges import Case
-from fic.judges.classifier import fit
+from fic.judges.classifier import FollowupClassifier, fit
 from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
 from fic.judges.labels import GENUINE_FOLLOWUP
 from fic.metrics import agreement, cohen_kappa
 
 ROOT = Path(__file__).resolve().parents[1]
-L2_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+L2_GRID = (3.0, 10.0, 30.0, 100.0, 300.0)
+KEEP_SURE_GENUINE = (0.85, 0.9, 2.0)  # the rules' genuine verdicts this sure stand (2.0: the classifier decides all)
+CONSTRUCTED_LABELS = {"genuine": GENUINE_FOLLOWUP, "restate_verbatim": "previous_turn_restate",
+                      "restate_edit": "previous_turn_restate", "copy": "assistant_turn_restate",
+                      "new_task": "new_task_prompt"}  # fmt: skip
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.2, 0.91, 0.05))
 CASCADE_THRESHOLD = 0.85  # `fic judge --judge cascade`'s default
 
@@ -72,56 +77,104 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
     parser.add_argument("--out", default=str(ROOT / "src/fic/judges/classifier.json"))
     parser.add_argument("--report", default=str(ROOT / "labels/followup/judge_eval.json"))
+    parser.add_argument("--validation", default=str(ROOT / "src/fic/judges/validation.json"))
+    parser.add_argument("--folds", type=int, default=7, help="cross-validation folds over train + dev items")
+    parser.add_argument(
+        "--mt-bench",
+        default=str(ROOT.parent / "shared/data"),
+        help="shared data folder (holds mt_bench/) for the constructed cases added to every training fold ('' for none)",
+    )
     args = parser.parse_args(argv)
 
     rows = load(Path(args.labels))
+    for r in rows:
+        r.setdefault("source", "labelled")
+    if args.mt_bench:
+        # Real people's second turns (after GPT-4's answer) and failures built from them: the human side of the
+        # distribution, rare among a small model's turns. Always in training, never in a score.
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_judges import mt_bench_cases
+
+        for case, kind in mt_bench_cases(Path(args.mt_bench)):
+            label = CONSTRUCTED_LABELS[kind]
+            rows.append({"messages": case.messages, "user_turn": case.user_turn, "label": label, "source": "constructed",
+                         "genuine": label == GENUINE_FOLLOWUP, "split": "constructed", "dataset": "mt_bench",
+                         "item_id": f"constructed-{len(rows)}"})  # fmt: skip
     cases = [Case(r["messages"], r["user_turn"]) for r in rows]
     rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
     rule_verdicts, open_cases = rules.rule_verdicts(cases, features=True)
     features = dict(open_cases)
-    split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in ("train", "dev", "test")}
-    train_open = [i for i in split["train"] if i in features]
-    label_set = sorted({rows[i]["label"] for i in train_open}, key=lambda x: (x != GENUINE_FOLLOWUP, x))
-    x_train = np.asarray([features[i] for i in train_open])
-    y_train = [rows[i]["label"] for i in train_open]
-    print(f"{len(rows)} labelled; train {len(split['train'])} ({len(train_open)} left open by the rules), "
-          f"dev {len(split['dev'])}, test {len(split['test'])}; labels {label_set}")  # fmt: skip
+    split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in ("train", "dev", "test", "constructed")}
+    constructed = split.pop("constructed")
+    fit_pool = split["train"] + split["dev"]
+    failure_labels = sorted({rows[i]["label"] for i in fit_pool if not rows[i]["genuine"]})
+    print(f"{len(rows)} labelled: train {len(split['train'])}, dev {len(split['dev'])}, test {len(split['test'])}; "
+          f"{len(features)} left open by the surface rules")  # fmt: skip
 
-    def decide(model, threshold, idx):
+    def train(idx: list[int], l2: float, threshold: float, keep: float = 2.0) -> FollowupClassifier:
+        idx = [i for i in idx if i in features]
+        x = np.asarray([features[i] for i in idx])
+        binary = [GENUINE_FOLLOWUP if rows[i]["genuine"] else "failure" for i in idx]
+        failed = [i for i in idx if not rows[i]["genuine"]]
+        return FollowupClassifier(
+            genuine=fit(x, binary, [GENUINE_FOLLOWUP, "failure"], l2=l2),
+            failure=fit(
+                np.asarray([features[i] for i in failed]), [rows[i]["label"] for i in failed], failure_labels, l2=l2
+            ),  # fmt: skip
+            threshold=threshold,
+            keep_sure_genuine=keep,
+        )
+
+    def decide(model: FollowupClassifier, idx: list[int]):
         judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
         judge.classifier = model
-        model.threshold = threshold
         verdicts = [rule_verdicts[i] for i in idx]
         opened = [k for k, i in enumerate(idx) if i in features]
         if opened:
-            probs = model.proba(np.asarray([features[idx[k]] for k in opened]))
-            for k, p in zip(opened, probs):
-                verdicts[k] = judge._learned_verdict(rule_verdicts[idx[k]], p)
+            x = np.asarray([features[idx[k]] for k in opened])
+            for k, p, failure in zip(opened, model.p_genuine(x), model.failure_labels(x)):
+                verdicts[k] = judge._learned_verdict(rule_verdicts[idx[k]], float(p), failure)
         return verdicts
 
+    # Grouped cross-validation on train + dev: every item's samples sit in one fold.
+    items = sorted({(rows[i]["dataset"], str(rows[i]["item_id"])) for i in fit_pool}, key=lambda k: _hash(k))
+    fold_of = {item: n % args.folds for n, item in enumerate(items)}
+    folds = [[i for i in fit_pool if fold_of[(rows[i]["dataset"], str(rows[i]["item_id"]))] == f]
+             for f in range(args.folds)]  # fmt: skip
+    pool_rows = [rows[i] for f in folds for i in f]
     best = None
-    dev_rows = [rows[i] for i in split["dev"]]
     for l2 in L2_GRID:
-        model = fit(x_train, y_train, label_set, l2=l2)
-        for threshold in THRESHOLDS:
-            verdicts = decide(model, threshold, split["dev"])
-            f = figures(dev_rows, [v.label for v in verdicts], [v.genuine for v in verdicts])
-            gap = max(abs(d["gap_points"]) for d in f["per_dataset"].values())
-            score = f["binary_kappa"] - (1.0 if f["false_positive_rate"] > 0.10 else 0.0) - 0.002 * gap
-            if best is None or score > best[0]:
-                best = (score, l2, threshold, f)
-    _, l2, threshold, dev_figures = best
-    model = fit(x_train, y_train, label_set, l2=l2)
-    model.threshold = threshold
+        p_cv, fail_cv = {}, {}
+        for f, held in enumerate(folds):
+            model = train([i for g, other in enumerate(folds) if g != f for i in other] + constructed, l2, 0.5)
+            opened = [i for i in held if i in features]
+            x = np.asarray([features[i] for i in opened])
+            p_cv.update(zip(opened, model.p_genuine(x)))
+            fail_cv.update(zip(opened, model.failure_labels(x)))
+        judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+        order = [i for f in folds for i in f]
+        for keep in KEEP_SURE_GENUINE:
+            for threshold in THRESHOLDS:
+                judge.classifier = FollowupClassifier(model.genuine, model.failure, threshold, keep)
+                verdicts = [judge._learned_verdict(rule_verdicts[i], float(p_cv[i]), fail_cv[i]) if i in p_cv
+                            else rule_verdicts[i] for i in order]  # fmt: skip
+                f = figures(pool_rows, [v.label for v in verdicts], [v.genuine for v in verdicts])
+                gap = max(abs(d["gap_points"]) for d in f["per_dataset"].values())
+                score = f["binary_kappa"] - (1.0 if f["false_positive_rate"] > 0.10 else 0.0) - 0.002 * gap
+                if best is None or score > best[0]:
+                    best = (score, l2, threshold, keep, f)
+    _, l2, threshold, keep, cv_figures = best
+    model = train(fit_pool + constructed, l2, threshold, keep)
 
     test_rows = [rows[i] for i in split["test"]]
-    test_verdicts = decide(model, threshold, split["test"])
+    test_verdicts = decide(model, split["test"])
     old = [rule_verdicts[i] for i in split["test"]]
+    labels_path = Path(args.labels).resolve()
     report = {
-        "labels": str(Path(args.labels).relative_to(ROOT)) if Path(args.labels).is_relative_to(ROOT) else args.labels,
-        "split_sizes": {s: len(v) for s, v in split.items()},
-        "chosen": {"l2": l2, "threshold": threshold},
-        "dev": dev_figures,
+        "labels": str(labels_path.relative_to(ROOT)) if labels_path.is_relative_to(ROOT) else str(labels_path),
+        "split_sizes": {**{s: len(v) for s, v in split.items()}, "constructed_mt_bench": len(constructed)},
+        "chosen": {"l2": l2, "threshold": threshold, "keep_sure_genuine": keep, "folds": args.folds},
+        "cross_validation_train_dev": cv_figures,
         "test": figures(
             test_rows,
             [v.label for v in test_verdicts],
@@ -130,16 +183,32 @@ def main(argv: list[str] | None = None) -> int:
         ),  # fmt: skip
         "test_rules_only": figures(test_rows, [v.label for v in old], [v.genuine for v in old]),
     }
-    version = f"classifier-{len(split['train'])}train-l2{l2:g}-t{threshold:g}"
+    version = f"classifier-v1-{len(fit_pool)}labels-l2{l2:g}-t{threshold:g}-keep{keep:g}"
     model.meta = {"version": version, "trained_on": report["labels"], "split_sizes": report["split_sizes"],
-                  "dev": {k: dev_figures[k] for k in ("binary_kappa", "false_positive_rate", "label_accuracy")},
-                  "test": {k: report["test"][k] for k in ("binary_kappa", "false_positive_rate", "label_accuracy",
-                                                           "human_genuine_rate", "judge_genuine_rate")}}  # fmt: skip
+                  "fitted_on": "train+dev+constructed MT-Bench cases", "cross_validation": {k: cv_figures[k] for k in ("binary_kappa",
+                  "false_positive_rate", "label_accuracy")},
+                  "test": {k: report["test"][k] for k in ("n", "binary_kappa", "false_positive_rate",
+                                                           "label_accuracy", "human_genuine_rate",
+                                                           "judge_genuine_rate")}}  # fmt: skip
     model.save(args.out)
+    learned = HeuristicJudge(HeuristicJudgeConfig(classifier=args.out))
+    validation = {
+        rules.version: {"labels": report["labels"], "test": report["test_rules_only"],
+                        "note": "the rules alone (judge `heuristic`)"},
+        learned.version: {"labels": report["labels"], "test": report["test"],
+                          "note": "rules + classifier (judge `learned`)"},
+    }  # fmt: skip
+    Path(args.validation).write_text(json.dumps(validation, indent=1) + "\n", encoding="utf-8")
     Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: report[k] for k in ("chosen", "test", "test_rules_only")}, indent=1))
     print(f"wrote {args.out} and {args.report}")
     return 0
+
+
+def _hash(key) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(key).encode()).hexdigest()
 
 
 if __name__ == "__main__":

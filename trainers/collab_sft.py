@@ -81,8 +81,10 @@ class CollabSFTConfig(SFTConfig):
                 "assistant_only_loss / completion_only_loss: collaboration SFT chooses the trained turns with "
                 "train_on (e.g. train_on=[user_followups,assistant]); leave both unset"
             )
-        if self.followup_judge not in ("heuristic", "llm", "cascade"):
-            raise ValueError(f"followup_judge: unknown judge {self.followup_judge!r}; valid: heuristic, llm, cascade")
+        if self.followup_judge not in ("heuristic", "learned", "llm", "cascade"):
+            raise ValueError(
+                f"followup_judge: unknown judge {self.followup_judge!r}; valid: heuristic, learned, llm, cascade"
+            )
         if self.followup_candidates < 1 or self.followups_per_context < 1:
             raise ValueError("followup_candidates / followups_per_context: both must be at least 1")
         super().__post_init__()

@@ -78,9 +78,11 @@ class FollowupRLConfig(GRPOConfig):
         self.penalties = check_penalties(self.penalties)
         if self.context_answers not in ("data", "model"):
             raise ValueError(f"context_answers: unknown value {self.context_answers!r}; valid: data, model")
-        if self.reward_judge not in ("heuristic", "llm", "cascade"):
-            raise ValueError(f"reward_judge: unknown judge {self.reward_judge!r}; valid: heuristic, llm, cascade")
-        if self.reward_judge != "heuristic" and not (self.reward_judge_base_url and self.reward_judge_model):
+        if self.reward_judge not in ("heuristic", "learned", "llm", "cascade"):
+            raise ValueError(
+                f"reward_judge: unknown judge {self.reward_judge!r}; valid: heuristic, learned, llm, cascade"
+            )
+        if self.reward_judge in ("llm", "cascade") and not (self.reward_judge_base_url and self.reward_judge_model):
             raise ValueError(
                 f"reward_judge={self.reward_judge!r} needs reward_judge_base_url and reward_judge_model "
                 "(an OpenAI-compatible chat endpoint, e.g. a `vllm serve` of the judge model)"

@@ -282,7 +282,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--max-new-tokens", type=int, default=96, help="budget of a candidate user turn")
     parser.add_argument("--answer-tokens", type=int, default=512, help="budget of a model answer")
-    parser.add_argument("--judge", choices=("heuristic", "llm", "cascade"), default="heuristic")
+    parser.add_argument("--judge", choices=("heuristic", "learned", "llm", "cascade"), default="heuristic")
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the LLM judge")
     parser.add_argument("--judge-model", help="model name of the LLM judge")
     parser.add_argument("--seed", type=int, default=0)

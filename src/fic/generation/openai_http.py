@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import random
@@ -243,6 +244,7 @@ class OpenAICompletionsBackend(Backend):
     ):
         self.model = model
         self.send_skip_special_tokens = send_skip_special_tokens
+        self._one_choice_per_request = False  # set when the server turns out to ignore `n`
         self.extra_body = dict(extra_body or {})
         self._endpoint_args = dict(
             base_url=base_url, api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
@@ -303,13 +305,44 @@ class OpenAICompletionsBackend(Backend):
         async with OpenAIEndpoint(**self._endpoint_args) as endpoint:
             with tqdm(total=len(prompts), desc="generate", disable=not progress) as bar:
 
+                async def ask(i: int, prompt: str, sampling: SamplingParams, check) -> dict:
+                    try:
+                        return await endpoint.post("completions", self.payload(prompt, i, sampling,
+                                                                               keep_special_tokens), check)  # fmt: skip
+                    except OpenAIHTTPError as err:
+                        # `transformers serve` refuses vLLM's field with 422 "Unexpected fields": stop sending it.
+                        if err.status not in (400, 422) or "skip_special_tokens" not in (err.body or ""):
+                            raise
+                        logger.warning("The server refuses `skip_special_tokens`; no longer sending it")
+                        self.send_skip_special_tokens = False
+                        return await endpoint.post("completions", self.payload(prompt, i, sampling,
+                                                                               keep_special_tokens), check)  # fmt: skip
+
                 async def one(i: int, prompt: str) -> None:
-                    body = self.payload(prompt, i, params, keep_special_tokens)
-                    data = await endpoint.post("completions", body, validate)
-                    choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+                    if self._one_choice_per_request and params.n > 1:
+                        texts = await many(i, prompt)
+                    else:
+                        try:
+                            data = await ask(i, prompt, params, validate)
+                            texts = [c["text"] for c in sorted(data["choices"], key=lambda c: c.get("index", 0))]
+                        except OpenAIHTTPError as err:
+                            if params.n == 1 or "expected" not in str(err) or "got 1" not in str(err):
+                                raise
+                            # A server that ignores `n` (transformers serve): one request per sample instead.
+                            logger.warning("The server ignores n=%d; asking once per sample", params.n)
+                            self._one_choice_per_request = True
+                            texts = await many(i, prompt)
                     # The server already stops at `stop`; cutting again is a no-op there and a guard elsewhere.
-                    results[i] = [cut_at_stop(c["text"], params.stop) for c in choices]
+                    results[i] = [cut_at_stop(text, params.stop) for text in texts]
                     bar.update(1)
+
+                async def many(i: int, prompt: str) -> list[str]:
+                    texts = []
+                    for j in range(params.n):
+                        single = dataclasses.replace(params, n=1, seed=derive_seed(params.seed, i, j))
+                        data = await ask(i, prompt, single, None)
+                        texts.append(data["choices"][0]["text"])
+                    return texts
 
                 try:
                     async with asyncio.TaskGroup() as group:  # the first failure cancels the rest

@@ -44,6 +44,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+JUDGE_KINDS = ("heuristic", "learned", "llm", "cascade")
+
+
 def make_judge(
     kind: str = "heuristic",
     base_url: str | None = None,
@@ -51,13 +54,18 @@ def make_judge(
     threshold: float = 0.85,
     **llm_kw,
 ) -> Judge:
-    """Build a judge by name: `heuristic`, `llm` or `cascade` (the last two need `base_url` and `model`)."""
-    if kind not in ("heuristic", "llm", "cascade"):
-        raise ValueError(f"judge kind={kind!r} is unknown; valid kinds are ['heuristic', 'llm', 'cascade'].")
-    if kind == "heuristic":
-        from .heuristic import HeuristicJudge
+    """Build a judge by name (one of `JUDGE_KINDS`); `llm` and `cascade` need `base_url` and `model`.
 
-        return HeuristicJudge()
+    `heuristic` is the offline rules judge; `learned` adds the classifier fitted on labelled real model turns
+    (`fic.judges.classifier`): far fewer failures called genuine on a small model's turns, but it under-calls real
+    people's follow-ups (see labels/followup/README.md for both judges' measured figures).
+    """
+    if kind not in JUDGE_KINDS:
+        raise ValueError(f"judge kind={kind!r} is unknown; valid kinds are {list(JUDGE_KINDS)}.")
+    if kind in ("heuristic", "learned"):
+        from .heuristic import HeuristicJudge, HeuristicJudgeConfig
+
+        return HeuristicJudge(HeuristicJudgeConfig(classifier="default" if kind == "learned" else None))
     if not base_url or not model:
         raise ValueError(f"judge kind={kind!r} needs base_url= and model= (an OpenAI-compatible chat endpoint).")
     from .llm import LLMJudge

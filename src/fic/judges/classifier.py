@@ -60,11 +60,15 @@ FEATURES: tuple[str, ...] = (
     "long_turn",  # more than 40 words
     "non_ascii_share",
     "digit_share",
+    "deixis",  # "this paragraph", "those interactions", "you just provided"
+    "revision",  # rewrite / shorter / more engaging / make it ...
+    "not_from_question_share",
+    "only_question_words",
 )
 
 
 @dataclass
-class FollowupClassifier:
+class SoftmaxModel:
     """Softmax regression over `FEATURES` (standardised with the training mean and scale).
 
     Args:
@@ -72,8 +76,6 @@ class FollowupClassifier:
         weights: `len(labels) x len(FEATURES)`.
         bias: one per label.
         mean, scale: feature standardisation from the training rows.
-        threshold: P(genuine_followup) from which a turn is genuine (chosen on dev).
-        meta: provenance (label set, split sizes, dev figures, version).
     """
 
     labels: list[str]
@@ -81,8 +83,6 @@ class FollowupClassifier:
     bias: np.ndarray
     mean: np.ndarray
     scale: np.ndarray
-    threshold: float = 0.5
-    meta: dict = field(default_factory=dict)
 
     def proba(self, x: np.ndarray) -> np.ndarray:
         """Label probabilities for rows of raw features, shape (n, len(labels))."""
@@ -92,19 +92,46 @@ class FollowupClassifier:
         return e / e.sum(axis=1, keepdims=True)
 
     def to_json(self) -> dict:
-        return {
-            "features": list(FEATURES),
-            "labels": self.labels,
-            "weights": np.round(self.weights, 6).tolist(),
-            "bias": np.round(self.bias, 6).tolist(),
-            "mean": np.round(self.mean, 6).tolist(),
-            "scale": np.round(self.scale, 6).tolist(),
-            "threshold": self.threshold,
-            "meta": self.meta,
-        }
+        keys = ("weights", "bias", "mean", "scale")
+        return {"labels": self.labels, **{k: np.round(getattr(self, k), 6).tolist() for k in keys}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SoftmaxModel:
+        arrays = {k: np.asarray(data[k], dtype=np.float64) for k in ("weights", "bias", "mean", "scale")}
+        return cls(labels=list(data["labels"]), **arrays)
+
+
+@dataclass
+class FollowupClassifier:
+    """Two heads over the same features: P(genuine) (a logistic model: labels genuine / failure) decides the binary
+    question against `threshold`; the failure head names the likeliest failure label when it is not genuine.
+
+    Args:
+        genuine: 2-class `SoftmaxModel` with labels `[GENUINE_FOLLOWUP, "failure"]`.
+        failure: `SoftmaxModel` over the failure labels seen in training.
+        threshold: P(genuine) from which a turn is genuine (chosen by cross-validation on train + dev).
+        keep_sure_genuine: rule confidence from which the rules' genuine verdict stands (chosen the same way;
+            above 1 the classifier decides every open case).
+        meta: provenance (label set, split sizes, figures, version).
+    """
+
+    genuine: SoftmaxModel
+    failure: SoftmaxModel
+    threshold: float = 0.5
+    keep_sure_genuine: float = 2.0
+    meta: dict = field(default_factory=dict)
+
+    def p_genuine(self, x: np.ndarray) -> np.ndarray:
+        return self.genuine.proba(x)[:, 0]
+
+    def failure_labels(self, x: np.ndarray) -> list[str]:
+        return [self.failure.labels[k] for k in self.failure.proba(x).argmax(axis=1)]
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        data = {"features": list(FEATURES), "threshold": self.threshold,
+                "keep_sure_genuine": self.keep_sure_genuine, "genuine": self.genuine.to_json(),
+                "failure": self.failure.to_json(), "meta": self.meta}  # fmt: skip
+        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH) -> FollowupClassifier:
@@ -115,19 +142,17 @@ class FollowupClassifier:
                 "`python scripts/train_judge_classifier.py`"
             )
         return cls(
-            labels=list(data["labels"]),
-            weights=np.asarray(data["weights"], dtype=np.float64),
-            bias=np.asarray(data["bias"], dtype=np.float64),
-            mean=np.asarray(data["mean"], dtype=np.float64),
-            scale=np.asarray(data["scale"], dtype=np.float64),
-            threshold=float(data.get("threshold", 0.5)),
+            genuine=SoftmaxModel.from_json(data["genuine"]),
+            failure=SoftmaxModel.from_json(data["failure"]),
+            threshold=float(data["threshold"]),
+            keep_sure_genuine=float(data.get("keep_sure_genuine", 2.0)),
             meta=dict(data.get("meta", {})),
         )
 
 
 def fit(x: np.ndarray, y: list[str], labels: list[str], l2: float = 1.0, steps: int = 3000, lr: float = 0.5,
-        balanced: bool = True) -> FollowupClassifier:  # fmt: skip
-    """Fit the softmax regression on rows `x` with labels `y` (each one of `labels`); deterministic."""
+        balanced: bool = True) -> SoftmaxModel:  # fmt: skip
+    """Fit a softmax regression on rows `x` with labels `y` (each one of `labels`); deterministic."""
     x = np.asarray(x, dtype=np.float64)
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
@@ -150,4 +175,4 @@ def fit(x: np.ndarray, y: list[str], labels: list[str], l2: float = 1.0, steps: 
         g = (p - targets) * row_weight[:, None]
         w -= lr * (g.T @ xs + l2 * w / len(y))
         b -= lr * g.sum(axis=0)
-    return FollowupClassifier(labels=list(labels), weights=w, bias=b, mean=mean, scale=scale)
+    return SoftmaxModel(labels=list(labels), weights=w, bias=b, mean=mean, scale=scale)

@@ -25,7 +25,7 @@ from .labels import JUDGE_ERROR, LABELS
 
 logger = logging.getLogger(__name__)
 
-JUDGE_CHOICES = ("heuristic", "llm", "cascade")
+JUDGE_CHOICES = ("heuristic", "learned", "llm", "cascade")
 OUTPUT_FIELDS = ("label", "genuine", "confidence", "rationale", "judge")
 
 
@@ -105,7 +105,7 @@ def build_judge(args: argparse.Namespace):
     """The judge `args` ask for; raises ValueError naming the missing option."""
     from . import make_judge
 
-    if args.judge != "heuristic":
+    if args.judge in ("llm", "cascade"):
         missing = [opt for opt, value in (("--base-url", args.base_url), ("--model", args.model)) if not value]
         if missing:
             raise ValueError(

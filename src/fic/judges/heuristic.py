@@ -70,8 +70,8 @@ class HeuristicJudgeConfig:
         max_seq_length: encoder truncation in word pieces (the start of a long answer carries its topic; copies
             are caught by n-gram containment on the full text).
         classifier: the learned stage (`fic.judges.classifier`) that decides what the surface rules leave open:
-            `"default"` (the file shipped with fic, fitted on labelled real model turns), a path to another
-            `classifier.json`, or None for the rules alone (the judge before it was measured on real turns).
+            `"default"` (the file shipped with fic, fitted on labelled real model turns; the `learned` judge), a
+            path to another `classifier.json`, or None for the rules alone (the `heuristic` judge).
     """
 
     copy_containment: float = 0.85
@@ -83,7 +83,7 @@ class HeuristicJudgeConfig:
     batch_size: int = 64
     max_seq_length: int = 64
     min_vocabulary_share: float = 0.5
-    classifier: str | None = "default"
+    classifier: str | None = None
 
 
 _ENCODER = None
@@ -365,8 +365,10 @@ class HeuristicJudge:
         verdicts, open_cases = self.rule_verdicts(cases, features=learned)
         if learned and open_cases:
             rows = np.asarray([row for _, row in open_cases])
-            for (i, _), p in zip(open_cases, self.classifier.proba(rows)):
-                verdicts[i] = self._learned_verdict(verdicts[i], p)
+            p_genuine = self.classifier.p_genuine(rows)
+            failures = self.classifier.failure_labels(rows)
+            for (i, _), p, failure in zip(open_cases, p_genuine, failures):
+                verdicts[i] = self._learned_verdict(verdicts[i], float(p), failure)
         return verdicts
 
     def rule_verdicts(self, cases: list[Case], features: bool = False) -> tuple[list[Verdict], list[tuple[int, list]]]:
@@ -406,21 +408,26 @@ class HeuristicJudge:
                 open_cases.append((i, feature_vector(f, ctx, *cosines, verdicts[i])))
         return verdicts, open_cases  # type: ignore[return-value]
 
-    def _learned_verdict(self, rule: Verdict, p: np.ndarray) -> Verdict:
-        """The classifier's decision: genuine from P(genuine) >= threshold, else the likeliest failure label."""
-        labels = self.classifier.labels
-        p_genuine = float(p[labels.index(GENUINE_FOLLOWUP)]) if GENUINE_FOLLOWUP in labels else 0.0
+    def _learned_verdict(self, rule: Verdict, p_genuine: float, failure: str) -> Verdict:
+        """The classifier's decision on a case the surface rules left open.
+
+        A genuine verdict the rules are sure of (grounded in the answer and phrased as a follow-up: confidence
+        >= `classifier.keep_sure_genuine`) stands. Otherwise P(genuine) >= threshold makes it genuine; below it,
+        the rules' failure label stands where they had one, and the failure head names one where they had not.
+        """
+        model = self.classifier
         extra = {**rule.extra, "rule_label": rule.label, "p_genuine": round(p_genuine, 4)}
-        if p_genuine >= self.classifier.threshold:
+        if rule.genuine and (rule.confidence or 0.0) >= model.keep_sure_genuine:
+            return Verdict(label=rule.label, confidence=rule.confidence, rationale=rule.rationale, judge=self.name,
+                           extra=extra)  # fmt: skip
+        if p_genuine >= model.threshold:
             label, why = GENUINE_FOLLOWUP, f"classifier: P(genuine) {p_genuine:.2f}; rules: {rule.rationale}"
+        elif not rule.genuine:  # both say failure: the rules name which one (their reasons are specific)
+            label, why = rule.label, f"classifier: P(genuine) {p_genuine:.2f}; rules: {rule.rationale}"
         else:
-            failures = [(float(q), name) for q, name in zip(p, labels) if name != GENUINE_FOLLOWUP]
-            label = max(failures)[1]
-            why = f"classifier: P(genuine) {p_genuine:.2f}, likeliest {label}; rules said {rule.label}"
+            label, why = failure, f"classifier: P(genuine) {p_genuine:.2f}, likeliest {failure}; rules said genuine"
         # Far from the threshold on either side is as sure as the surer rules; near it, unsure (cascade material).
-        margin = abs(p_genuine - self.classifier.threshold) / max(
-            self.classifier.threshold, 1 - self.classifier.threshold
-        )
+        margin = abs(p_genuine - model.threshold) / max(model.threshold, 1 - model.threshold)
         confidence = 0.5 + 0.45 * min(1.0, margin)
         return Verdict(label=label, confidence=confidence, rationale=why, judge=self.name, extra=extra)
 
@@ -600,6 +607,23 @@ class HeuristicJudge:
 
 
 _SENTENCE_END = re.compile(r"[.!?]+(?:\s|$)")
+# Pointing at what the assistant produced: "this paragraph", "those interactions", "you just provided", "you have set".
+_DEIXIS = re.compile(
+    r"\b(?:this|that|these|those|your|the above|the same)\s+(?:\w+\s+)?(?:paragraph|email|letter|story|tale|post|poem|"
+    r"essay|text|answer|response|reply|explanation|list|plan|itinerary|summary|critique|version|sentence|line|step|"
+    r"calculation|number|result|advice|information|interactions?|options?|points?|suggestions?|steps?|ideas?|"
+    r"headlines?|recommendations?|examples?|things?|one|part|section)\b"
+    r"|\byou(?:'ve| have| just| had)?\s+(?:just\s+)?(?:said|mentioned|wrote|written|provided|shared|set|gave|given|listed|"
+    r"described|explained|suggested|recommended|used|included|added|made|calculated|chose|called)\b",
+    re.IGNORECASE,
+)
+# Asking to change the assistant's piece: the hallmark of a follow-up on writing tasks.
+_REVISION = re.compile(
+    r"\b(?:rewrite|rephrase|revise|reimagine\w*|edit|improve|shorten|shorter|longer|expand|simplify|summari[sz]e|"
+    r"summary|more (?:\w+ )?(?:engaging|concise|detailed|formal|casual|vivid|evocative|immersive|persuasive)|less \w+|"
+    r"add (?:a|an|more|another)|change (?:the|it|this)|make (?:it|this|that|the))\b",
+    re.IGNORECASE,
+)
 _SECOND_PERSON = re.compile(r"\b(?:you|your|you're|yours)\b", re.IGNORECASE)
 
 
@@ -664,4 +688,8 @@ def feature_vector(
         float(len(words) > 40),
         sum(not c.isascii() for c in letters) / max(1, len(letters)),
         sum(c.isdigit() for c in letters) / max(1, len(letters)),
+        float(bool(_DEIXIS.search(text))),
+        float(bool(_REVISION.search(text))),
+        len(content - ctx.q_content) / n_content,  # content not from the user's message
+        float(bool(content) and content <= ctx.q_content | _GENERIC),  # only the user's own words
     ]

@@ -1,0 +1,84 @@
+"""The judge as an instrument: its figures on labelled real model turns, and the validity line in every report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fic.judges import Case, make_judge
+from fic.judges.validity import judge_validity, load_validation, validity_line
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ROOT / "labels" / "followup"
+
+
+def _rows(split: str) -> list[dict]:
+    rows = [json.loads(line) for line in (LABELS / "labels.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["split"] == split]
+
+
+def test_labelled_set_is_split_by_item_and_double_labelled():
+    rows = [json.loads(line) for line in (LABELS / "labels.jsonl").read_text().splitlines()]
+    assert len(rows) >= 500
+    split_of: dict[tuple, set] = {}
+    for r in rows:
+        split_of.setdefault((r["dataset"], r["item_id"]), set()).add(r["split"])
+        assert r["genuine"] == (r["label"] == "genuine_followup")
+        assert not {"confidence", "rationale", "judge"} & set(r), "no judge output in the labels"
+    assert all(len(s) == 1 for s in split_of.values()), "every item's samples share one split"
+    assert {r["dataset"] for r in rows if r["split"] == "test"} == {"gsm8k", "mt_bench", "healthbench", "ifeval"}
+    double = json.loads((LABELS / "double_agreement.json").read_text())
+    assert double["double_labelled"] == 100 and double["binary_kappa"] > 0.6
+
+
+@pytest.mark.parametrize("kind", ["heuristic", "learned"])
+def test_shipped_figures_are_what_the_judge_does_on_the_test_split(kind):
+    """validation.json is not a claim: rejudging the held-out labelled turns gives the figures it records."""
+    from fic.metrics import cohen_kappa
+
+    judge = make_judge(kind)
+    rows = _rows("test")
+    verdicts = judge.judge([Case(r["messages"], r["user_turn"]) for r in rows])
+    human, judged = [r["genuine"] for r in rows], [v.genuine for v in verdicts]
+    failures = [j for h, j in zip(human, judged) if not h]
+    recorded = judge_validity(judge)
+    assert recorded["measured"], recorded
+    assert recorded["test"]["binary_kappa"] == pytest.approx(cohen_kappa(human, judged), abs=1e-3)
+    assert recorded["test"]["false_positive_rate"] == pytest.approx(sum(failures) / len(failures), abs=1e-3)
+
+
+def test_learned_judge_calls_far_fewer_failures_genuine_than_the_rules():
+    validation = load_validation()
+    rules = next(v for k, v in validation.items() if k.endswith("rules-only"))["test"]
+    learned = next(v for k, v in validation.items() if not k.endswith("rules-only"))["test"]
+    assert learned["false_positive_rate"] <= 0.10 < rules["false_positive_rate"]
+    assert learned["binary_kappa"] > rules["binary_kappa"] + 0.2
+
+
+def test_unmeasured_judge_says_so():
+    class Other:
+        name = "llm:someone"
+
+    validity = judge_validity(Other())
+    assert validity["measured"] is False and "not measured" in validity_line(validity)
+
+
+def test_probe_summary_and_report_carry_the_judge_validity(tmp_path):
+    from fic.eval.probe import run_probe
+    from fic.generation import get_backend
+    from fic.modeling import load_tokenizer
+    from fic.testing import tiny_model
+
+    path = tiny_model("chatml")
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    summary = run_probe(get_backend("transformers", model=path), load_tokenizer(path), [f"gsm8k:{data}"],
+                        tmp_path / "out", temperatures=[0.0], judge=make_judge("learned"), max_new_tokens=8,
+                        response_tokens=8)  # fmt: skip
+    assert summary["judge_validity"]["measured"] and summary["judge_validity"]["name"] == "heuristic"
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert saved["judge_validity"] == summary["judge_validity"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "held-out labelled real turns" in html and "binary kappa" in html

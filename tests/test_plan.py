@@ -94,7 +94,7 @@ def test_pure_bf16_adamw_is_refused():
     check_master_weights(torch.nn.Linear(4, 4), SimpleNamespace(deepspeed=None), peft=False)
 
 
-def test_chat_template_kwargs_reach_every_rendering():
+def test_chat_template_kwargs_reach_every_rendering(tmp_path):
     from transformers import AutoTokenizer
 
     from fic.chat import render, role_prefix, set_template_kwargs
@@ -109,6 +109,8 @@ def test_chat_template_kwargs_reach_every_rendering():
     set_template_kwargs(tok, {"enable_thinking": False})
     assert render(tok, messages).startswith("NOTHINK")
     assert role_prefix(tok, messages, "user").startswith("NOTHINK")
+    tok.save_pretrained(tmp_path)  # a checkpoint's tokenizer keeps them
+    assert render(AutoTokenizer.from_pretrained(tmp_path), messages).startswith("NOTHINK")
 
 
 def test_gpu_recipes_set_thinking_and_fp32_master_weights():

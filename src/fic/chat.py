@@ -50,8 +50,21 @@ TEMPLATE_KWARGS_ATTR = "fic_chat_template_kwargs"
 
 
 def set_template_kwargs(tokenizer, kwargs: dict | None) -> None:
-    """Make every `render` with `tokenizer` pass `kwargs` to its chat template (e.g. `{"enable_thinking": False}`)."""
+    """Make every `render` with `tokenizer` pass `kwargs` to its chat template (e.g. `{"enable_thinking": False}`).
+
+    They are also kept in the tokenizer's `init_kwargs`, which `save_pretrained` writes to `tokenizer_config.json`,
+    so checkpoints evaluated later (`eval.load_from: disk`, `fic probe --model CHECKPOINT`) render the same way."""
     setattr(tokenizer, TEMPLATE_KWARGS_ATTR, dict(kwargs or {}))
+    if isinstance(getattr(tokenizer, "init_kwargs", None), dict):
+        tokenizer.init_kwargs[TEMPLATE_KWARGS_ATTR] = dict(kwargs or {})
+
+
+def template_kwargs_of(tokenizer) -> dict:
+    """The chat-template arguments `set_template_kwargs` gave this tokenizer (or the one it was saved from)."""
+    found = getattr(tokenizer, TEMPLATE_KWARGS_ATTR, None)
+    if found is None:
+        found = (getattr(tokenizer, "init_kwargs", None) or {}).get(TEMPLATE_KWARGS_ATTR)
+    return dict(found or {})
 
 
 def render(tokenizer, messages: list[dict], add_generation_prompt: bool = False, **template_kwargs) -> str:
@@ -63,7 +76,7 @@ def render(tokenizer, messages: list[dict], add_generation_prompt: bool = False,
         )
     # the recipe's `chat_template_kwargs` (e.g. Qwen3.5's `enable_thinking: false`), attached to the tokenizer by
     # `fic.trainers.common.prepare`, so every rendering of a run (training data, rollouts, probe contexts) agrees
-    template_kwargs = {**(getattr(tokenizer, TEMPLATE_KWARGS_ATTR, None) or {}), **template_kwargs}
+    template_kwargs = {**template_kwargs_of(tokenizer), **template_kwargs}
     try:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs

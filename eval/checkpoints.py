@@ -118,7 +118,7 @@ def _lic(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, prog
 
 def _regret(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, progress) -> dict:
     """`fic regret` on the checkpoint folder (the regret evaluation loads its model from a path)."""
-    from . import regret
+    from .clarify import regret
     from .report import report_dir
 
     if model_path is None:

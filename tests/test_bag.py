@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-import fic.eval.bag as bag
+import fic.eval.clarify.bag as bag
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile
 
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-import fic.eval.regret as regret_mod
-from fic.eval.clarify_io import read_done
-from fic.eval.regret_user import PROFILES
+import fic.eval.clarify.regret as regret_mod
+from fic.eval.clarify.records import read_done
+from fic.eval.clarify.user import PROFILES
 
 
 def run(tmp_path, name, *extra, scenario="products", policy="reference", episodes=6, seed=0):

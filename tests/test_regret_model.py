@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import fic.eval.regret as regret_mod
+import fic.eval.clarify.regret as regret_mod
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ import random
 
 import pytest
 
-from fic.eval.clarify_planner import GreedyPlanner
-from fic.eval.regret_ambigqa import AmbigQAScenario
-from fic.eval.regret_episode import run_episode
-from fic.eval.regret_policies import (
+from fic.eval.clarify.ambigqa import AmbigQAScenario
+from fic.eval.clarify.episode import run_episode
+from fic.eval.clarify.planner import GreedyPlanner
+from fic.eval.clarify.policies import (
     AlwaysAnswerPolicy,
     AlwaysAskPolicy,
     BAGPolicy,
@@ -28,10 +28,10 @@ from fic.eval.regret_policies import (
     ReferencePolicy,
     get_policy,
 )
-from fic.eval.regret_products import ProductScenario
-from fic.eval.regret_scenarios import Question
-from fic.eval.regret_tracker import RuleTracker, State
-from fic.eval.regret_user import SimulatedUser
+from fic.eval.clarify.products import ProductScenario
+from fic.eval.clarify.scenarios import Question
+from fic.eval.clarify.tracker import RuleTracker, State
+from fic.eval.clarify.user import SimulatedUser
 
 
 def product(pid, title, brand, price, rating, tag, shipping="Ships overnight"):
@@ -150,7 +150,7 @@ def test_repeated_question_is_ineffective():
             self.n = 0
 
         def act(self, ctx):
-            from fic.eval.regret_policies import Action
+            from fic.eval.clarify.policies import Action
 
             self.n += 1
             if self.n <= 2:

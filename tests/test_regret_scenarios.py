@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from fic.eval.regret_ambigqa import AmbigQAScenario, intent_span
-from fic.eval.regret_products import ProductScenario
-from fic.eval.regret_scenarios import Evidence, after_correction, resolve_data_path
-from fic.eval.regret_tracker import RuleTracker, State, combine, parse_intent_numbers
-from fic.eval.regret_user import DONT_KNOW, NOT_SURE, PROFILES, SimulatedUser, reply_distribution
+from fic.eval.clarify.ambigqa import AmbigQAScenario, intent_span
+from fic.eval.clarify.products import ProductScenario
+from fic.eval.clarify.scenarios import Evidence, after_correction, resolve_data_path
+from fic.eval.clarify.tracker import RuleTracker, State, combine, parse_intent_numbers
+from fic.eval.clarify.user import DONT_KNOW, NOT_SURE, PROFILES, SimulatedUser, reply_distribution
 
 
 def product(
@@ -237,7 +237,7 @@ def test_embedding_fallback_places_unknown_wording():
 
 @pytest.mark.slow
 def test_minilm_embedder_places_paraphrases():
-    from fic.eval.clarify_embed import get_embedder
+    from fic.eval.clarify.embed import get_embedder
 
     sc, ep = ProductScenario(), phones(target=3)
     user = SimulatedUser(sc, ep, "cooperative", random.Random(0), embedder=get_embedder("minilm"))

@@ -60,8 +60,8 @@ def test_generated_text_is_inert_in_the_lic_report(tmp_path):
 
 
 def test_generated_text_is_inert_in_the_regret_report(shared_data, tmp_path, monkeypatch):
-    import fic.eval.clarify_model as clarify_model
-    from fic.eval import regret
+    import fic.eval.clarify.model as clarify_model
+    from fic.eval.clarify import regret
     from fic.eval.report import report_dir
 
     class HostileChat:

@@ -19,8 +19,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
         "fic.judges.command", "add_agreement_arguments", "run_agreement", "Cohen's kappa between two judgement files",
     ),
     "lic": ("fic.eval.lic", "add_arguments", "run", "Lost-in-Conversation FULL / CONCAT / SHARDED simulation"),
-    "regret": ("fic.eval.regret", "add_arguments", "run", "hidden-intent clarification episodes and regret"),
-    "bag": ("fic.eval.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
+    "regret": ("fic.eval.clarify.regret", "add_arguments", "run", "hidden-intent clarification episodes and regret"),
+    "bag": ("fic.eval.clarify.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
     "build-followups": (
         "fic.data.followups", "add_arguments", "run", "rejection-sample genuine user follow-ups into an SFT set",
     ),

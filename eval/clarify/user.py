@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 
-from fic.eval.regret_scenarios import Episode, Scenario
+from fic.eval.clarify.scenarios import Episode, Scenario
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class SimulatedUser:
 
 
 class LLMUser:
-    """A chat model plays the user. `model` is a `fic.eval.clarify_model.ChatModel`."""
+    """A chat model plays the user. `model` is a `fic.eval.clarify.model.ChatModel`."""
 
     def __init__(
         self, scenario: Scenario, episode: Episode, profile: str, model, seed: int = 0, max_new_tokens: int = 48

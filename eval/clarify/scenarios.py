@@ -116,11 +116,11 @@ class Scenario(Protocol):
 def get_scenario(name: str) -> Scenario:
     """The scenario object for `name` ('products' or 'ambigqa')."""
     if name == "products":
-        from fic.eval.regret_products import ProductScenario
+        from fic.eval.clarify.products import ProductScenario
 
         return ProductScenario()
     if name == "ambigqa":
-        from fic.eval.regret_ambigqa import AmbigQAScenario
+        from fic.eval.clarify.ambigqa import AmbigQAScenario
 
         return AmbigQAScenario()
     raise ValueError(f"scenario={name!r} is unknown; choose one of {list(SCENARIOS)}.")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from fic.eval.clarify_text import count_tokens, jaccard
-from fic.eval.regret_policies import Action, Context
-from fic.eval.regret_scenarios import Episode, Scenario
+from fic.eval.clarify.policies import Action, Context
+from fic.eval.clarify.scenarios import Episode, Scenario
+from fic.eval.clarify.text import count_tokens, jaccard
 from fic.metrics import episode_value, is_ineffective_clarification, stopping_errors
 
 logger = logging.getLogger(__name__)

@@ -13,14 +13,7 @@ import random
 import re
 from pathlib import Path
 
-from fic.eval.clarify_text import (
-    STOPWORDS,
-    content_words,
-    matches_any_answer,
-    normalize_answer,
-    words,
-)
-from fic.eval.regret_scenarios import (
+from fic.eval.clarify.scenarios import (
     Episode,
     Evidence,
     Fact,
@@ -28,6 +21,13 @@ from fic.eval.regret_scenarios import (
     Question,
     after_correction,
     load_records,
+)
+from fic.eval.clarify.text import (
+    STOPWORDS,
+    content_words,
+    matches_any_answer,
+    normalize_answer,
+    words,
 )
 
 CLARIFY_CUES = frozenset(

@@ -1,7 +1,7 @@
 """The reference clarification policy's planner: greedy expected information gain, stop on value of information.
 
 The prior over intents is uniform on the consistent set S. The planner knows how users of the episode's behaviour
-profile reply (`regret_user.reply_distribution`: a cooperative user states the value, a vague one says "not sure"
+profile reply (`user.reply_distribution`: a cooperative user states the value, a vague one says "not sure"
 half of the time, ...) but not which intent they mean. For a candidate question q it enumerates every hypothetical
 target t in S and every reply r the user may give, and runs r through the rule tracker, giving the state
 S'_q(t, r) that the real dialogue would reach. Then
@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fic.eval.regret_scenarios import Episode, Question, Scenario
-from fic.eval.regret_tracker import State, combine
-from fic.eval.regret_user import reply_distribution
+from fic.eval.clarify.scenarios import Episode, Question, Scenario
+from fic.eval.clarify.tracker import State, combine
+from fic.eval.clarify.user import reply_distribution
 
 _EPS = 1e-9
 

@@ -21,12 +21,12 @@ import random
 import sys
 from pathlib import Path
 
-from fic.eval.clarify_io import append_record, check_config, read_done, write_json
-from fic.eval.regret_episode import run_episode
-from fic.eval.regret_policies import POLICIES, ReferencePolicy, get_policy
-from fic.eval.regret_scenarios import SCENARIOS, get_scenario, resolve_data_path
-from fic.eval.regret_tracker import LLMTracker, RuleTracker
-from fic.eval.regret_user import PROFILES, LLMUser, SimulatedUser, check_profile
+from fic.eval.clarify.episode import run_episode
+from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
+from fic.eval.clarify.records import append_record, check_config, read_done, write_json
+from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
+from fic.eval.clarify.tracker import LLMTracker, RuleTracker
+from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
 from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
 
 logger = logging.getLogger(__name__)
@@ -150,13 +150,13 @@ class _Factory:
         self._model = self._user_model = None
         self._embedder = None
         if args.embedder != "none":
-            from fic.eval.clarify_embed import get_embedder
+            from fic.eval.clarify.embed import get_embedder
 
             self._embedder = get_embedder(args.embedder)
 
     def model(self):
         if self._model is None and self.args.model:
-            from fic.eval.clarify_model import load_chat_model
+            from fic.eval.clarify.model import load_chat_model
 
             self._model = load_chat_model(self.args.model, self.args.backend, self.args.base_url)
         return self._model
@@ -165,7 +165,7 @@ class _Factory:
         if self.args.user_model in (None, self.args.model):
             return self.model()
         if self._user_model is None:
-            from fic.eval.clarify_model import load_chat_model
+            from fic.eval.clarify.model import load_chat_model
 
             self._user_model = load_chat_model(self.args.user_model, self.args.backend, self.args.base_url)
         return self._user_model

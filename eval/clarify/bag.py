@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fic.eval.clarify_text import cluster_by_meaning, matches_any_answer
+from fic.eval.clarify.text import cluster_by_meaning, matches_any_answer
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 logger = logging.getLogger(__name__)
@@ -169,8 +169,8 @@ def bag_plus_answer(
 def item_episode(item: dict, rng: random.Random):
     """The hidden-intent episode for an AmbigQA item: its disambiguations (target drawn by `rng`), or, when it is
     unambiguous, a single intent (the question itself; clarifying questions then get "I don't know")."""
-    from fic.eval.regret_ambigqa import AmbigQAScenario
-    from fic.eval.regret_scenarios import Episode, Intent
+    from fic.eval.clarify.ambigqa import AmbigQAScenario
+    from fic.eval.clarify.scenarios import Episode, Intent
 
     if item["ambiguous"]:
         episode = AmbigQAScenario().make_episode(item, rng)
@@ -203,8 +203,8 @@ def run_item(
     max_new_tokens: int = 48,
 ) -> dict:
     """One AmbigQA item through BAG (`variant`: bag, prompt_only, bag_plus); returns its record."""
-    from fic.eval.regret_ambigqa import AmbigQAScenario
-    from fic.eval.regret_user import SimulatedUser
+    from fic.eval.clarify.ambigqa import AmbigQAScenario
+    from fic.eval.clarify.user import SimulatedUser
 
     scenario = AmbigQAScenario()
     rng = random.Random(f"bag|{seed}|{item['id']}")
@@ -296,10 +296,10 @@ def run(args) -> int:
     from tqdm.auto import tqdm
 
     from fic.errors import USER_ERRORS
-    from fic.eval.clarify_io import append_record, check_config, read_done, write_json
-    from fic.eval.regret_ambigqa import load_ambigqa
-    from fic.eval.regret_scenarios import resolve_data_path
-    from fic.eval.regret_user import check_profile
+    from fic.eval.clarify.ambigqa import load_ambigqa
+    from fic.eval.clarify.records import append_record, check_config, read_done, write_json
+    from fic.eval.clarify.scenarios import resolve_data_path
+    from fic.eval.clarify.user import check_profile
 
     try:
         if args.k < 1 or not 0 < args.agree <= 1 or args.items < 1:
@@ -317,7 +317,7 @@ def run(args) -> int:
             k: getattr(args, k)
             for k in ("data", "model", "variant", "k", "agree", "profile", "seed", "max_new_tokens")
         }
-        from fic.eval.clarify_model import load_chat_model
+        from fic.eval.clarify.model import load_chat_model
 
         model = load_chat_model(args.model, args.backend, args.base_url)
         check_config(out, config)  # last: a setup error must not pin the folder to bad settings

@@ -12,8 +12,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from fic.eval.clarify_text import normalize_answer, token_f1, words
-from fic.eval.regret_scenarios import (
+from fic.eval.clarify.scenarios import (
     Episode,
     Evidence,
     Fact,
@@ -22,6 +21,7 @@ from fic.eval.regret_scenarios import (
     after_correction,
     load_records,
 )
+from fic.eval.clarify.text import normalize_answer, token_f1, words
 
 ATTRIBUTES = ("type", "brand", "price_band", "rating_band", "shipping", "warranty", "return_policy")
 PRICE_BANDS = ("budget", "mid-range", "premium")

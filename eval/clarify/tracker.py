@@ -15,7 +15,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from fic.eval.regret_scenarios import Episode, Evidence, Scenario
+from fic.eval.clarify.scenarios import Episode, Evidence, Scenario
 
 logger = logging.getLogger(__name__)
 

@@ -2,12 +2,12 @@
 answers or abstains.
 
 - `reference`: greedy expected-information-gain questions, stops when the value of information is below the cost
-  (`fic.eval.clarify_planner`); answers with the most likely consistent intent.
+  (`fic.eval.clarify.planner`); answers with the most likely consistent intent.
 - `always_answer`: answers at once with the most likely intent.
 - `always_ask`: asks every question of the reference's pool (highest information gain first, useless ones too) until
   none is left or the turn budget is spent, then answers like the reference.
 - `model`: a chat model replies freely; a `STRATEGY:` line or a reply ending in '?' is a question, otherwise an
-  answer (see `fic.eval.bag.parse_strategy`).
+  answer (see `fic.eval.clarify.bag.parse_strategy`).
 - `bag`: Belief-Augmented Generation: K samples form the belief, the strategy prompt shows them, the chosen act is
   carried out; after a clarification, BAG+ (resample K; answer when >= `agree` of them agree, else abstain).
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fic.eval.clarify_planner import GreedyPlanner
-from fic.eval.regret_scenarios import Episode, Scenario
-from fic.eval.regret_tracker import State
+from fic.eval.clarify.planner import GreedyPlanner
+from fic.eval.clarify.scenarios import Episode, Scenario
+from fic.eval.clarify.tracker import State
 
 POLICIES = ("reference", "always_answer", "always_ask", "bag", "model")
 GENERIC_QUESTION = "Could you tell me more about what you mean?"
@@ -123,7 +123,7 @@ class ModelPolicy:
         self.model, self.max_new_tokens = model, max_new_tokens
 
     def act(self, ctx: Context) -> Action:
-        from fic.eval.bag import parse_strategy
+        from fic.eval.clarify.bag import parse_strategy
 
         reply = self.model.chat([_model_messages(ctx)], max_new_tokens=self.max_new_tokens, seed=ctx.seed)[0][0]
         strategy, content = parse_strategy(reply)
@@ -135,7 +135,7 @@ class ModelPolicy:
 
 
 class BAGPolicy:
-    """Belief-Augmented Generation as a clarification policy (see `fic.eval.bag`)."""
+    """Belief-Augmented Generation as a clarification policy (see `fic.eval.clarify.bag`)."""
 
     name = "bag"
 
@@ -147,7 +147,7 @@ class BAGPolicy:
         return lambda text: ctx.scenario.resolve(ctx.episode, text)
 
     def act(self, ctx: Context) -> Action:
-        from fic.eval.bag import bag_plus_answer, bag_step
+        from fic.eval.clarify.bag import bag_plus_answer, bag_step
 
         messages = _model_messages(ctx)
         if ctx.turn == 0:

@@ -23,8 +23,10 @@ from tqdm.auto import tqdm
 
 from fic.chat import concat_view, full_view, render, turn_end_strings
 from fic.generation import SamplingParams
-from fic.jsonl import append_rows, load_done, write_json
+from fic.jsonl import append_rows, check_settings, load_done, write_json
 from fic.metrics import lic_scores
+
+from .simulated_user import ChatEndpoint, ChatModelUser
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +90,13 @@ def _checker(record):
 class RuleUser:
     """Reveals shard k verbatim at turn k."""
 
+    name = "rule"
+
     def reveal(self, task: LiCTask, turn: int, history: list[dict]) -> str:
         return task.shards[turn]
 
 
-class LLMUser:
+class LLMUser(ChatModelUser):
     """Rephrases shard k as a natural user message through an OpenAI-compatible chat endpoint."""
 
     PROMPT = (
@@ -101,15 +105,10 @@ class LLMUser:
     )
 
     def __init__(self, base_url: str, model: str):
-        from fic.generation.openai_http import chat_complete
-
-        self._chat, self.base_url, self.model = chat_complete, base_url, model
+        super().__init__(ChatEndpoint(base_url, model), seed=None, max_new_tokens=None)
 
     def reveal(self, task: LiCTask, turn: int, history: list[dict]) -> str:
-        from fic.generation.openai_http import run_sync
-
-        messages = [{"role": "user", "content": self.PROMPT.format(shard=task.shards[turn])}]
-        return run_sync(lambda: self._chat(messages, base_url=self.base_url, model=self.model, temperature=0.0))
+        return self.say(self.PROMPT.format(shard=task.shards[turn]))
 
 
 def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_tokens, seed, user) -> list[dict]:
@@ -164,15 +163,24 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
 
 def run_lic(backend, tokenizer, tasks: list[LiCTask], out_dir: str | Path, modes=MODES, runs: int = 1,
             temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, user=None, chunk_size: int = 16,
-            progress: bool = True) -> dict:  # fmt: skip
-    """Simulate every task under each mode `runs` times; write episodes.jsonl, summary.json, lic.png; return summary."""
+            progress: bool = True, model: str | None = None) -> dict:  # fmt: skip
+    """Simulate every task under each mode `runs` times; write episodes.jsonl, summary.json, lic.png; return summary.
+
+    `model` (the model's name), the temperature, token limit, seed, chunk size and user are stored beside the
+    episodes: a rerun into `out_dir` resumes only with the same ones (`fic.jsonl.check_settings`); more modes, runs
+    or tasks extend the run.
+    """
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"modes: unknown mode {mode!r}; valid: {', '.join(MODES)}")
     out_dir = Path(out_dir)
     path = out_dir / "episodes.jsonl"
-    done = {(r["mode"], r["run"], r["task_id"]) for r in load_done(path)}
     user = user or RuleUser()
+    check_settings(out_dir, {
+        "model": model, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
+        "chunk_size": chunk_size, "user": getattr(user, "name", type(user).__name__),
+    })  # fmt: skip
+    done = {(r["mode"], r["run"], r["task_id"]) for r in load_done(path)}
     chunks = [tasks[i : i + chunk_size] for i in range(0, len(tasks), chunk_size)]
     jobs = [(mode, run, c, chunk) for mode in modes for run in range(runs) for c, chunk in enumerate(chunks)]
     for mode, run, _c, chunk in tqdm(jobs, desc="lic", disable=not progress, unit="chunk"):
@@ -251,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     user = LLMUser(args.user_base_url, args.user_model) if args.user == "llm" else RuleUser()
     summary = run_lic(
         backend, tokenizer, tasks, args.out, modes=args.modes.split(","), runs=args.runs,
-        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user,
+        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user, model=args.model,
     )  # fmt: skip
     for mode, m in summary["modes"].items():
         print(f"{mode:>8}: P={m['P']:.3f} A90={m['A90']:.3f} U90-10={m['U90_10']:.3f} ({m['episodes']} episodes)")

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from fic.chat import render, role_prefix, turn_end_strings
 from fic.generation import SamplingParams
-from fic.jsonl import append_rows, load_done, write_json
+from fic.jsonl import append_rows, check_settings, load_done, write_json
 
 from .probe_summary import summarize
 
@@ -79,7 +79,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
               samples: int = 1, perturbations=("none",), judge=None, limit: int | None = 20,
               max_new_tokens: int = 64, response_tokens: int = 256, responses: str = "model", seed: int = 0,
               chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
-              report: bool = True) -> dict:  # fmt: skip
+              report: bool = True, model: str | None = None) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
 
     Args:
@@ -93,6 +93,9 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         responses: `model` (generate the assistant answer greedily) or `data` (the data's reference answer).
         max_context: the model's context length (default: read from the model config); items whose prompt plus
             `max_new_tokens` would not fit are skipped and counted in `summary["skipped_items"]`.
+        model: the model's name, stored with the settings: a rerun into `out_dir` resumes only with the same model,
+            judge, samples, token limits, responses and seed (`fic.jsonl.check_settings`); more datasets,
+            temperatures, perturbations or a higher limit extend the run.
     """
     from fic.data import load_source, parse_spec
     from fic.judges import Case, make_judge
@@ -105,6 +108,11 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
+    check_settings(out_dir, {
+        "model": model, "judge": getattr(judge, "name", type(judge).__name__), "samples": samples,
+        "max_new_tokens": max_new_tokens, "response_tokens": response_tokens, "responses": responses, "seed": seed,
+        "chunk_size": chunk_size,
+    })  # fmt: skip
     done = {_key(r) for r in load_done(samples_path)}
     stop = turn_end_strings(tokenizer, "user")
     context_limit = max_context or _context_limit(backend)
@@ -237,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         temperatures=[float(t) for t in args.temperatures.split(",")], samples=args.samples,
         perturbations=[p for p in args.perturbations.split(",") if p], judge=judge, limit=args.limit,
         max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
-        seed=args.seed,
+        seed=args.seed, model=args.model,
     )  # fmt: skip
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():

@@ -98,3 +98,17 @@ def test_fic_lic_cli_runs_on_a_tiny_model(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["modes"]) == {"full", "concat", "sharded"}
     assert all(m["episodes"] == 3 for m in summary["modes"].values())
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    from fic.jsonl import ResumeError
+
+    tasks, tok = make_tasks(2), build_tokenizer("chatml")
+    lic.run_lic(ScriptedBackend(tasks), tok, tasks, tmp_path, modes=["full"], model="a", progress=False)
+    for change in ({"model": "b"}, {"temperature": 0.7}, {"user": lic.LLMUser("http://localhost:1/v1", "u")}):
+        backend = ScriptedBackend(tasks)
+        with pytest.raises(ResumeError, match="other settings .*new --out"):
+            lic.run_lic(backend, tok, tasks, tmp_path, **{"modes": ["full"], "model": "a", "progress": False, **change})
+        assert backend.calls == 0
+    summary = lic.run_lic(ScriptedBackend(tasks), tok, tasks, tmp_path, model="a", progress=False)  # more modes
+    assert set(summary["modes"]) == {"full", "concat", "sharded"}

@@ -158,3 +158,22 @@ def test_too_long_contexts_are_skipped_and_counted(gsm8k, tmp_path):
                               limit=3, judge=EveryOtherJudge(), max_context=60, progress=False, report=False)  # fmt: skip
     assert summary["skipped_items"]["gsm8k"] == {"no_response": 0, "too_long": 3}
     assert summary["n_samples"] == 0
+
+
+def test_resume_with_other_settings_is_refused(gsm8k, tmp_path):
+    from fic.jsonl import ResumeError
+    from fic.testing import build_tokenizer
+
+    tok = build_tokenizer("chatml")
+    kw = dict(temperatures=[0.0], limit=2, judge=EveryOtherJudge(), progress=False, report=False)
+    probe.run_probe(RecordingBackend(), tok, [gsm8k], tmp_path, model="a", **kw)
+    before = (tmp_path / "samples.jsonl").read_text()
+    for change in ({"model": "b"}, {"seed": 1}, {"max_new_tokens": 32}):
+        backend = RecordingBackend()
+        with pytest.raises(ResumeError, match=f"other settings \\({next(iter(change))}: .*new --out"):
+            probe.run_probe(backend, tok, [gsm8k], tmp_path, **{**kw, "model": "a", **change})
+        assert backend.calls == 0
+    assert (tmp_path / "samples.jsonl").read_text() == before
+    # more temperatures only add rows: that is a resume, not other settings
+    probe.run_probe(RecordingBackend(), tok, [gsm8k], tmp_path, model="a", **{**kw, "temperatures": [0.0, 1.0]})
+    assert (tmp_path / "samples.jsonl").read_text().startswith(before)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 import fic.eval.clarify.regret as regret_mod
-from fic.eval.clarify.records import read_done
 from fic.eval.clarify.user import PROFILES
+from fic.jsonl import load_keyed
 
 
 def run(tmp_path, name, *extra, scenario="products", policy="reference", episodes=6, seed=0):
@@ -16,7 +16,7 @@ def run(tmp_path, name, *extra, scenario="products", policy="reference", episode
         scenario,
         "--policy",
         policy,
-        "--episodes",
+        "--limit",
         str(episodes),
         "--seed",
         str(seed),
@@ -116,12 +116,12 @@ def test_missing_data_names_the_flag(tmp_path, monkeypatch, capsys):
     assert rc == 2
 
 
-def test_read_done_rejects_a_damaged_middle_line(tmp_path):
+def test_load_keyed_rejects_a_damaged_middle_line(tmp_path):
     path = tmp_path / "e.jsonl"
     path.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
     with pytest.raises(ValueError, match="line 2"):
-        read_done(path)
+        load_keyed(path)
     path.write_text('{"key": "a"}\n{"key": "b"')  # torn last line: cut off
-    assert list(read_done(path)) == ["a"] and path.read_text() == '{"key": "a"}\n'
+    assert list(load_keyed(path)) == ["a"] and path.read_text() == '{"key": "a"}\n'
     path.write_text('{"key": "a"}\n{"key": "a"}\n')  # a duplicate is not counted twice
-    assert list(read_done(path)) == ["a"]
+    assert list(load_keyed(path)) == ["a"]

@@ -297,9 +297,9 @@ def run(args) -> int:
 
     from fic.errors import USER_ERRORS
     from fic.eval.clarify.ambigqa import load_ambigqa
-    from fic.eval.clarify.records import append_record, check_config, read_done, write_json
     from fic.eval.clarify.scenarios import resolve_data_path
     from fic.eval.clarify.user import check_profile
+    from fic.jsonl import append_rows, check_settings, load_keyed, write_json
 
     try:
         if args.k < 1 or not 0 < args.agree <= 1 or args.items < 1:
@@ -320,18 +320,18 @@ def run(args) -> int:
         from fic.eval.clarify.model import load_chat_model
 
         model = load_chat_model(args.model, args.backend, args.base_url)
-        check_config(out, config)  # last: a setup error must not pin the folder to bad settings
+        check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
     except (ValueError, *USER_ERRORS) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = out / "items.jsonl"
-    done = read_done(path)
+    done = load_keyed(path)
     todo = [(i, it) for i, it in enumerate(items) if str(it["id"]) not in done]
     for i, item in tqdm(todo, desc=f"bag {args.variant}", disable=None):
         rec = run_item(
             model, item, args.variant, args.k, args.seed * 100_003 + i, args.profile, args.agree, args.max_new_tokens
         )
-        append_record(path, rec)
+        append_rows(path, [rec])
         done[rec["key"]] = rec
     records = [done[str(it["id"])] for it in items]
     header = {"variant": args.variant, "k": args.k, "seed": args.seed, "model": args.model, "data": str(data_path)}

@@ -7,7 +7,7 @@ an episode is V = 1[intent resolved] - cost x clarification turns and the regret
 The reference plans with the profile's reply model (how such users answer, never what they want), so under its own
 model it never does worse in expectation than answering at once; on few episodes a baseline can still beat it.
 
-Output: OUT/episodes.jsonl (one line per episode x profile, resumable after a crash), OUT/config.json (the settings;
+Output: OUT/episodes.jsonl (one line per episode x profile, resumable after a crash), OUT/settings.json (the settings;
 a rerun must match them), OUT/summary.json (metrics overall and per profile; `regret` at the top level).
 
     fic regret --scenario products --policy always_answer --episodes 50 --seed 0 --out runs/regret
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
-from fic.eval.clarify.records import append_record, check_config, read_done, write_json
 from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
 from fic.eval.clarify.tracker import LLMTracker, RuleTracker
 from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
+from fic.jsonl import append_rows, check_settings, load_keyed, write_json
 from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
 
 logger = logging.getLogger(__name__)
@@ -213,12 +213,12 @@ def run(args) -> int:
             )
         if args.user == "llm" or args.tracker == "llm":
             factory.user_model()
-        check_config(out, _config(args))  # last: a setup error must not pin the folder to bad settings
+        check_settings(out, _config(args))  # last: a setup error must not pin the folder to bad settings
     except (ValueError, *USER_ERRORS) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = out / "episodes.jsonl"
-    done = read_done(path)
+    done = load_keyed(path)
     units = [(i, ep, p) for i, ep in enumerate(episodes) for p in profiles]
     todo = [u for u in units if f"{u[1].id}|{u[2]}" not in done]
     if done:
@@ -257,7 +257,7 @@ def run(args) -> int:
             "reference": {k: ref[k] for k in ("value", "resolved", "turns", "user_tokens")},
         }
         rec["regret"] = rec["reference"]["value"] - rec["value"]
-        append_record(path, rec)
+        append_rows(path, [rec])
         done[rec["key"]] = rec
     records = [done[f"{ep.id}|{p}"] for _, ep, p in units]
     header = {

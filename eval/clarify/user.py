@@ -12,8 +12,8 @@ answer itself, gets "I don't know." Replies are shaped by a behaviour profile:
   in the same reply ("X. Actually no, sorry, I misspoke: Y"), so the information is all there but contradictory;
 - verbose: the cooperative sentence wrapped in chatty filler that names no attribute value.
 
-`LLMUser` asks a chat model for the reply instead, with the intent and the profile in its instructions; any reply
-that names the answer is replaced by "I don't know."
+`LLMUser` asks a chat model for the reply instead (`fic.eval.simulated_user.ChatModelUser`, shared with LiC), with
+the intent and the profile in its instructions; any reply that names the answer is replaced by "I don't know."
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import random
 
 from fic.eval.clarify.scenarios import Episode, Scenario
+from fic.eval.simulated_user import ChatModelUser
 
 logger = logging.getLogger(__name__)
 
@@ -131,29 +132,26 @@ class SimulatedUser:
         return body
 
 
-class LLMUser:
+class LLMUser(ChatModelUser):
     """A chat model plays the user. `model` is a `fic.eval.clarify.model.ChatModel`."""
 
     def __init__(
         self, scenario: Scenario, episode: Episode, profile: str, model, seed: int = 0, max_new_tokens: int = 48
     ):
+        super().__init__(model, seed=seed, max_new_tokens=max_new_tokens)
         self.scenario, self.episode = scenario, episode
         self.profile = check_profile(profile)
-        self.model, self.seed, self.max_new_tokens = model, seed, max_new_tokens
 
     def respond(self, question: str, dialogue: list[dict] | None = None) -> str:
         target = self.episode.target
         transcript = "\n".join(f"{m['role']}: {m['content']}" for m in (dialogue or []))
-        prompt = (
+        reply = self.say(
             f"You are role-playing a user talking to an assistant. What you really want: "
             f"{self.scenario.describe(self.episode, target)}\n"
             f"{PROFILE_INSTRUCTIONS[self.profile]} Never say the final answer or the exact product name. "
             f'If you cannot answer the question, say "I don\'t know".\n\n'
             f"Conversation so far:\n{transcript}\n\nThe assistant now asks: {question}\nWrite only your reply."
         )
-        reply = self.model.chat(
-            [[{"role": "user", "content": prompt}]], max_new_tokens=self.max_new_tokens, seed=self.seed
-        )[0][0].strip()
         if not reply or self.scenario.leaks(self.episode, target, reply):
             return DONT_KNOW
         return reply

@@ -1,8 +1,12 @@
-"""Append-only JSONL files that survive a crash: every evaluation writes its samples through here.
+"""Resumable evaluation output: append-only JSONL rows that survive a crash, and the settings they were written with.
 
-A run appends whole lines and flushes them, so a kill leaves at most one partial last line. `load_done` reads what
-a previous run finished, detects that partial line, cuts it off (it will be redone) and returns the complete rows;
-a rerun skips their keys, so an interrupted and resumed run writes exactly the rows of an uninterrupted one.
+Every evaluation (probe, lic, regret, bag, the checkpoint callback) writes through here. A run appends whole lines
+and flushes them, so a kill leaves at most one damaged line, and only at the end. `load_done` reads what a previous
+run finished: a damaged *last* line (cut short, or not JSON) is dropped with one warning, cut off the file and
+redone; a damaged line *before* the last cannot come from an interrupted append, so it is a `ResumeError` naming the
+file and line, and nothing is cut. A rerun skips the finished keys, so an interrupted and resumed run writes exactly
+the rows of an uninterrupted one. `check_settings` keeps the run's settings beside its rows (`OUT/settings.json`) and
+refuses a rerun into the same folder with other settings, naming the keys that differ, rather than mixing two runs.
 """
 
 from __future__ import annotations
@@ -13,29 +17,75 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from fic.errors import FicError
+
 logger = logging.getLogger(__name__)
+
+SETTINGS_FILE = "settings.json"
+
+
+class ResumeError(FicError, ValueError):
+    """An output folder that cannot be resumed: a damaged line before the last, or a run with other settings."""
 
 
 def load_done(path: str | Path) -> list[dict]:
-    """Complete rows of `path` (empty if absent). A partial or corrupt trailing line is removed from the file."""
+    """Complete rows of `path` (empty if absent); a damaged last line is dropped (and cut off the file) with a warning.
+
+    Raises `ResumeError` for a damaged line before the last one. Blank lines are skipped.
+    """
     path = Path(path)
     if not path.exists():
         return []
     data = path.read_bytes()
-    rows, good_end = [], 0
-    for line in data.splitlines(keepends=True):
-        try:
-            if not line.endswith(b"\n"):
-                raise ValueError("no newline")
-            rows.append(json.loads(line))
-        except ValueError:
-            logger.warning("%s: dropping a partial line left by an interrupted run (it will be redone)", path)
-            break
-        good_end += len(line)
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # after the last newline: nothing, or a line cut short by a kill
+    rows, good_end, offset = [], 0, 0
+    for i, raw in enumerate(complete):
+        offset += len(raw) + 1
+        if raw.strip():
+            try:
+                row = json.loads(raw)
+            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+                if i == len(complete) - 1 and not tail:
+                    logger.warning(
+                        "%s: line %d is damaged (an interrupted write); dropped, it will be redone", path, i + 1
+                    )
+                    break
+                raise ResumeError(_damaged(path, i + 1, f"not valid JSON ({err})")) from None
+            if not isinstance(row, dict):
+                raise ResumeError(_damaged(path, i + 1, "not a JSON object"))
+            rows.append(row)
+        good_end = offset
+    if tail:
+        logger.warning(
+            "%s: line %d was cut short by an interrupted write; dropped, it will be redone", path, len(lines)
+        )
     if good_end < len(data):
         with open(path, "r+b") as f:
             f.truncate(good_end)
     return rows
+
+
+def _damaged(path: Path, line: int, what: str) -> str:
+    return (
+        f"{path} line {line} is {what} and is not the last line, so no interrupted run wrote it: the file was changed "
+        "or damaged otherwise. Fix or delete that line (a deleted row is redone), or write to a new output folder."
+    )
+
+
+def load_keyed(path: str | Path, key: str = "key") -> dict[str, dict]:
+    """`load_done` rows by their `key` field (the first row of a key wins); a row without it is a `ResumeError`."""
+    done: dict[str, dict] = {}
+    for i, row in enumerate(load_done(path)):
+        if key not in row:
+            raise ResumeError(
+                f"{path}: row {i + 1} has no {key!r}; it was not written by this command. Pass a new --out."
+            )
+        if row[key] in done:
+            logger.warning("%s: duplicate %s %r in row %d ignored", path, key, row[key], i + 1)
+        else:
+            done[row[key]] = row
+    return done
 
 
 def append_rows(path: str | Path, rows: Iterable[dict]) -> None:
@@ -56,3 +106,26 @@ def write_json(path: str | Path, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
     os.replace(tmp, path)
+
+
+def check_settings(out_dir: str | Path, settings: dict) -> None:
+    """Store `settings` in OUT/settings.json, or, when a run already left one there, check that it is the same.
+
+    `settings` holds what decides the content of a row (model, seeds, token limits, judge, ...), not what only
+    selects which rows are made (limits, dataset lists), so a rerun may extend a run but never mix two. Raises
+    `ResumeError` naming the keys that differ.
+    """
+    path = Path(out_dir) / SETTINGS_FILE
+    settings = json.loads(json.dumps(settings))  # the stored form: tuples as lists, keys as strings
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        diff = {k: (stored.get(k), settings.get(k)) for k in sorted(set(stored) | set(settings))
+                if stored.get(k) != settings.get(k)}  # fmt: skip
+        if diff:
+            shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+            raise ResumeError(
+                f"--out {out_dir} holds a run with other settings ({shown}); rerun with the same settings to resume, "
+                "or pass a new --out folder."
+            )
+        return
+    write_json(path, settings)

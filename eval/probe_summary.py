@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from fic.metrics import label_distribution, percent_changed, rate_with_interval
-
-
-def _t(temperature: float) -> str:
-    """`t0.0`, `t0.3`, `t1.0`: the temperature as in the metric names (`genuine_rate@t1.0`)."""
-    return f"t{float(temperature)!r}"
+from fic.metric_names import probe_accuracy, probe_genuine, temperature_key
+from fic.metrics import genuine_rate, label_distribution, percent_changed
 
 
 def summarize(rows: list[dict], accuracy: dict[str, dict] | None = None) -> dict:
@@ -20,11 +16,9 @@ def summarize(rows: list[dict], accuracy: dict[str, dict] | None = None) -> dict
         cells.setdefault((row["dataset"], float(row["temperature"]), row["perturbation"]), []).append(row)
     genuine = {}
     for (dataset, temp, pert), group in sorted(cells.items()):
-        judged = [r["genuine"] for r in group if r.get("genuine") is not None]
-        cell = rate_with_interval(judged)
-        cell["judge_errors"] = len(group) - len(judged)
+        cell = genuine_rate(r.get("genuine") for r in group)
         cell["labels"] = label_distribution([r["label"] for r in group])
-        genuine.setdefault(dataset, {}).setdefault(_t(temp), {})[pert] = cell
+        genuine.setdefault(dataset, {}).setdefault(temperature_key(temp), {})[pert] = cell
     summary = {
         "genuine_rate": genuine,
         "labels": label_distribution([r["label"] for r in rows]),
@@ -50,7 +44,7 @@ def _changed(rows: list[dict]) -> dict:
             continue
         cells = {}
         for key, text in perturbed.items():
-            cells.setdefault(f"{key[0]}@{_t(key[2])}", {})[key] = text
+            cells.setdefault(f"{key[0]}@{temperature_key(key[2])}", {})[key] = text
         out[pert] = {"overall": percent_changed(base, perturbed)}
         out[pert].update({cell: percent_changed(base, texts_) for cell, texts_ in sorted(cells.items())})
     return out
@@ -60,20 +54,22 @@ def _by_correct(rows: list[dict]) -> dict:
     """Genuine rate split by whether the assistant response was correct (accuracy vs follow-up)."""
     out = {}
     for flag, name in ((True, "correct"), (False, "incorrect")):
-        judged = [r["genuine"] for r in rows if r.get("correct") is flag and r.get("genuine") is not None]
-        if judged:
-            out[name] = rate_with_interval(judged)
+        cell = genuine_rate(r.get("genuine") for r in rows if r.get("correct") is flag)
+        if cell["n"]:
+            out[name] = cell
     return out
 
 
-def flat_metrics(summary: dict, perturbation: str = "none") -> dict[str, float]:
-    """`probe/<dataset>/genuine_rate@t<T>` -> value, for wandb and comparison tables."""
+def flat_metrics(summary: dict, perturbations: tuple[str, ...] = ("none",)) -> dict[str, float]:
+    """Flat metrics for wandb and comparison tables (names from `fic.metric_names`): the genuine rate of every
+    dataset x temperature under each of `perturbations`, and each dataset's task accuracy."""
     out = {}
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():
-            if perturbation in perts:
-                out[f"probe/{dataset}/genuine_rate@{temp}"] = perts[perturbation]["rate"]
+            for perturbation in perturbations:
+                if perturbation in perts:
+                    out[probe_genuine(dataset, temp, perturbation)] = perts[perturbation]["rate"]
     for dataset, acc in summary.get("accuracy", {}).items():
         if acc.get("accuracy") is not None:
-            out[f"probe/{dataset}/accuracy"] = acc["accuracy"]
+            out[probe_accuracy(dataset)] = acc["accuracy"]
     return out

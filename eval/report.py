@@ -14,7 +14,8 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-from fic.metrics import rate_with_interval
+from fic import metric_names
+from fic.metrics import genuine_rate
 
 from .report_html import (
     conversation,
@@ -82,10 +83,7 @@ def probe_tables(samples: list[dict]) -> dict:
         key = (row.get("model", ""), row["dataset"], row.get("perturbation", "none"), _temp(row["temperature"]))
         cells[key].append(row.get("genuine"))
         labels[(row.get("model", ""), row["dataset"], _temp(row["temperature"]))].append(row.get("label"))
-    rates = {}
-    for key, flags in cells.items():
-        judged = [f for f in flags if f is not None]
-        rates[key] = {**rate_with_interval([bool(f) for f in judged]), "judge_errors": len(flags) - len(judged)}
+    rates = {key: genuine_rate(flags) for key, flags in cells.items()}
     shares = {k: {lab: v.count(lab) / len(v) for lab in set(v)} for k, v in labels.items()}
     return {"rates": rates, "labels": shares}
 
@@ -274,20 +272,21 @@ def report_dir(kind: str, directory: str | Path, title: str | None = None) -> Pa
     raise ValueError(f"report kind {kind!r} is unknown; valid: probe, lic, regret")
 
 
-def comparison_probe_table(records: list[dict]) -> str:
-    """Genuine follow-up rate by checkpoint (model) x dataset x temperature, from flat metric names."""
-    import re
+def comparison_probe_table(records: list[dict], config: dict | None = None) -> str:
+    """Genuine follow-up rate by checkpoint (model) x dataset x temperature. The metric names are built from the
+    evaluation settings (a record's own `config`, else `config`) with `fic.metric_names` and looked up."""
+    from fic.data import parse_spec
 
-    pattern = re.compile(r"^probe/(?P<dataset>[^/]+)/genuine_rate@t(?P<t>[0-9.]+)$")
     grid: dict = defaultdict(dict)
     temps = set()
     for record in records:
-        for name, value in (record.get("metrics") or {}).items():
-            m = pattern.match(name)
-            if m:
-                t = float(m["t"])
-                temps.add(t)
-                grid[(record["step"], m["dataset"])][t] = value
+        settings, metrics = record.get("config") or config or {}, record.get("metrics") or {}
+        for dataset in [parse_spec(spec)[0] for spec in settings.get("datasets") or ()]:
+            for t in settings.get("temperatures") or ():
+                name = metric_names.probe_genuine(dataset, t)
+                if name in metrics:
+                    temps.add(float(t))
+                    grid[(record["step"], dataset)][float(t)] = metrics[name]
     temps = sorted(temps)
     rows = [
         [f"step {step}", dataset, *[grid[(step, dataset)].get(t) for t in temps]] for step, dataset in sorted(grid)
@@ -304,7 +303,7 @@ def run_report(run_dir: str | Path, comparison: dict | None = None, title: str |
     names = comparison.get("metrics", [])
     parts = []
     if any(n.startswith("probe/") for n in names):
-        parts.append(section("User-turn probe", comparison_probe_table(records)))
+        parts.append(section("User-turn probe", comparison_probe_table(records, comparison.get("config"))))
     rows = []
     for r in records:
         ckpt = r.get("checkpoint", "")
@@ -315,14 +314,18 @@ def run_report(run_dir: str | Path, comparison: dict | None = None, title: str |
                 cells.append(link(f"../{rel}", kind))
         linked = join(x for i, c in enumerate(cells) for x in ((" \u00b7 ", c) if i else (c,)))
         rows.append([r["step"], ckpt, linked if cells else "(files removed)"])
-    lic_rows = [[r["step"], mode.upper(), *[r["metrics"].get(f"lic/{k}@{mode}") for k in ("P", "A90", "U90_10")]]
-                for r in records for mode in ("full", "concat", "sharded") if f"lic/P@{mode}" in r["metrics"]]  # fmt: skip
+    lic_names = {
+        mode: [metric_names.lic_score(k, mode) for k in metric_names.LIC_SCORES] for mode in metric_names.LIC_MODES
+    }
+    lic_rows = [[r["step"], mode.upper(), *[r["metrics"].get(n) for n in lic_names[mode]]]
+                for r in records for mode in metric_names.LIC_MODES if lic_names[mode][0] in r["metrics"]]  # fmt: skip
     if lic_rows:
         parts.append(section("Lost in Conversation", table(["step", "mode", "P", "A90", "U90-10"], lic_rows)))
     regret_names = [n for n in names if n.startswith("regret/")]
     if regret_names:
         rows_r = [[r["step"], *[r["metrics"].get(n) for n in regret_names]] for r in records]
-        parts.append(section("Clarification regret", table(["step", *[n[7:] for n in regret_names]], rows_r)))
+        headers = ["step", *[n.removeprefix("regret/") for n in regret_names]]
+        parts.append(section("Clarification regret", table(headers, rows_r)))
     parts.append(section("Checkpoints", table(["step", "checkpoint", "reports"], rows)))
     metric_rows = [[n, *[r.get("metrics", {}).get(n) for r in records]] for n in names]
     parts.append(section("All metrics", table(["metric", *[f"step {r['step']}" for r in records]], metric_rows)))

@@ -157,7 +157,7 @@ def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stu
         assert record["step"] == step
         names = set(record["metrics"])
         assert {f"probe/gsm8k/genuine_rate@t{t}" for t in ("0.0", "1.0")} <= names
-        assert {"lic/P@full", "lic/P@sharded", "lic/A90@concat"} <= names
+        assert {"lic/p_full", "lic/p_sharded", "lic/a90_concat"} <= names
         assert {"samples.jsonl", "summary.json", "report.html"} <= {p.name for p in (ckpt / "probe").iterdir()}
         assert (ckpt / "lic" / "report.html").is_file()
         samples = [json.loads(line) for line in (ckpt / "probe" / "samples.jsonl").read_text().splitlines()]

@@ -198,8 +198,8 @@ def test_real_lic_evaluation_of_a_lora_run(base_path, tmp_path, monkeypatch):
     assert {"episodes.jsonl", "summary.json", "lic.png", "report.html"} <= {p.name for p in lic_dir.iterdir()}
     metrics = json.loads((run / "checkpoint-5" / "eval" / "metrics.json").read_text())["metrics"]
     summary = json.loads((lic_dir / "summary.json").read_text())
-    assert metrics["lic/P@full"] == summary["modes"]["full"]["P"]
-    assert set(metrics) == {f"lic/{k}@{m}" for k in ("P", "A90", "U90_10") for m in ("full", "sharded")} | (
+    assert metrics["lic/p_full"] == summary["modes"]["full"]["P"]
+    assert set(metrics) == {f"lic/{k}_{m}" for k in ("p", "a90", "u90_10") for m in ("full", "sharded")} | (
         {"lic/recovery"} if "recovery" in summary else set()
     )
     for path in run.rglob("*"):
@@ -238,10 +238,10 @@ def test_input_mistakes_are_one_line_errors(full_run, tmp_path, capsys):
 
 def test_a_later_evaluation_adds_to_the_metrics(full_run, tmp_path, fake_probe, monkeypatch):
     run = copy_run(full_run, tmp_path / "run")
-    monkeypatch.setitem(checkpoints.EVALUATORS, "lic", lambda *a: {"lic/P@full": 0.25})
+    monkeypatch.setitem(checkpoints.EVALUATORS, "lic", lambda *a: {"lic/p_full": 0.25})
     checkpoints.evaluate_run(run, EvalConfig(evaluations=["probe"], datasets=["fake"]), only=["2"])
     checkpoints.evaluate_run(run, EvalConfig(evaluations=["lic"]), only=["2"], force=True)
     saved = json.loads((run / "checkpoint-2" / "eval" / "metrics.json").read_text())["metrics"]
-    assert set(saved) == {"probe/fake/genuine_rate@t0", "probe/fake/genuine_rate@t1", "lic/P@full"}
+    assert set(saved) == {"probe/fake/genuine_rate@t0", "probe/fake/genuine_rate@t1", "lic/p_full"}
     (step2,) = json.loads((run / "eval" / "comparison.json").read_text())["checkpoints"]
     assert step2["metrics"] == saved

@@ -153,10 +153,10 @@ def test_run_report_links_only_existing_reports(tmp_path):
         "checkpoints": [
             {"step": 1, "checkpoint": "checkpoint-1", "metrics": {"probe/healthbench/genuine_rate@t0.7": 0.25}},
             {"step": 2, "checkpoint": "checkpoint-2", "metrics": {"probe/healthbench/genuine_rate@t0.7": 0.5,
-                                                                  f"lic/P@{HOSTILE[0]}": 1.0}},
+                                                                  f"lic/p_{HOSTILE[0]}": 1.0}},
         ],
-        "metrics": ["probe/healthbench/genuine_rate@t0.7", f"lic/P@{HOSTILE[0]}"],
-        "config": {"datasets": ["healthbench"]},
+        "metrics": ["probe/healthbench/genuine_rate@t0.7", f"lic/p_{HOSTILE[0]}"],
+        "config": {"datasets": ["healthbench"], "temperatures": [0.7]},
     }  # fmt: skip
     page = assert_inert(report.run_report(run, comparison).read_text())
     hrefs = [a["href"] for t, a in page.tags if t == "a"]

@@ -4,8 +4,8 @@
 just saved, as configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval.config`),
 writes the evaluation files into `checkpoint-N/eval/`, appends the metrics to `OUTPUT_DIR/eval/history.jsonl`,
 rewrites the run's comparison table, plots and `OUTPUT_DIR/eval/report.html`, and logs the metrics
-(`probe/<dataset>/genuine_rate@t<T>`, `lic/P@sharded`, ...) and a table of generated user turns to wandb at the
-checkpoint's step. The other processes wait at a barrier meanwhile, so under multi-process training the evaluation
+(`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, ...; named by `fic.metric_names`) and a table of generated
+user turns to wandb at the checkpoint's step. The other processes wait at a barrier meanwhile, so under multi-process training the evaluation
 runs once; a long evaluation must fit in the process group's timeout (`ddp_timeout`, 30 minutes by default).
 
 What is evaluated is the model being trained, with its LoRA adapters active (`load_from: memory`), except where

@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import inspect
 
+from fic import metric_names
 from fic.judges import FAILURE_LABELS, Case
+from fic.metrics import genuine_rate
 
 
 def check_penalties(penalties: dict | None) -> dict[str, float]:
@@ -51,10 +53,10 @@ def user_turns(completions: list[str], completion_ids=None, tokenizer=None, end_
 def _scores(verdicts, penalties: dict[str, float], log_metric=None) -> list[float | None]:
     rewards = [None if v.is_error else 1.0 if v.genuine else penalties.get(v.label, 0.0) for v in verdicts]
     if log_metric is not None and verdicts:
-        decided = [v for v in verdicts if not v.is_error]
-        log_metric("followup/judge_error_rate", (len(verdicts) - len(decided)) / len(verdicts))
-        if decided:
-            log_metric("followup/genuine_rate", sum(bool(v.genuine) for v in decided) / len(decided))
+        cell = genuine_rate(None if v.is_error else v.genuine for v in verdicts)
+        log_metric(metric_names.FOLLOWUP_JUDGE_ERROR_RATE, cell["judge_errors"] / len(verdicts))
+        if cell["n"]:
+            log_metric(metric_names.FOLLOWUP_GENUINE_RATE, cell["rate"])
     return rewards
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 from fic.chat import role_prefix, turn_end_strings
 from fic.generation import SamplingParams
-from fic.metrics import rate_with_interval
+from fic.metrics import genuine_rate
 
 
 def check_contexts(contexts: list[list[dict]]) -> None:
@@ -59,12 +59,7 @@ def judge_turns(judge, contexts: list[list[dict]], turns: list[list[str]]) -> li
 
 def summarize(verdicts: list) -> dict:
     """Rate with interval over the decided verdicts, label counts and the number of judge errors."""
-    decided = [v for v in verdicts if v.genuine is not None]
-    return {
-        **rate_with_interval([bool(v.genuine) for v in decided]),
-        "labels": dict(Counter(v.label for v in verdicts)),
-        "judge_errors": len(verdicts) - len(decided),
-    }
+    return {**genuine_rate(v.genuine for v in verdicts), "labels": dict(Counter(v.label for v in verdicts))}
 
 
 def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge, temperatures=(0.7,),
@@ -107,7 +102,7 @@ def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge,
         ]
     overall = summarize(pooled)
     return {
-        "genuine_rate": {k: overall[k] for k in ("rate", "low", "high", "n")},
+        "genuine_rate": {k: overall[k] for k in ("rate", "low", "high", "n", "judge_errors")},
         "labels": overall["labels"],
         "judge_errors": overall["judge_errors"],
         "by_temperature": by_temperature,

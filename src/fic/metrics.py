@@ -28,6 +28,17 @@ def rate_with_interval(flags: list[bool]) -> dict:
     return {"rate": k / n if n else 0.0, "low": low, "high": high, "n": n}
 
 
+def genuine_rate(decisions) -> dict:
+    """Genuine follow-up rate over judge decisions: {"rate", "low", "high", "n", "judge_errors"}.
+
+    Each decision is True (genuine follow-up), False (a failure mode) or None (a judge error: no verdict). Judge
+    errors are counted in `judge_errors` and left out of the rate and of `n`; they are never scored as failures.
+    """
+    decisions = list(decisions)
+    decided = [bool(d) for d in decisions if d is not None]
+    return {**rate_with_interval(decided), "judge_errors": len(decisions) - len(decided)}
+
+
 def percentile(values: list[float], q: float) -> float:
     """The `q`-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
     if not values:

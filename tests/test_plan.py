@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
 
 
-def plan(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    from test_reliability_eval import child_env
+def plan(*args: str, in_process: bool = True) -> subprocess.CompletedProcess:
+    """`train.py ARGS --plan`: in this process (`train.main`, seconds) or, `in_process=False`, as a command."""
+    if not in_process:
+        from test_reliability_eval import child_env
 
-    command = [sys.executable, "train.py", *args, "--plan"]
-    return subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout)
+        command = [sys.executable, "train.py", *args, "--plan"]
+        return subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
+    import train
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = train.main([*args, "--plan"])
+    return subprocess.CompletedProcess(["train.py", *args, "--plan"], code, out.getvalue(), err.getvalue())
 
 
 def test_specs_name_their_split():
@@ -130,7 +140,8 @@ def test_plan_runs_for_every_recipe(name, shared_data):
 
 def test_plan_refuses_training_on_the_evaluation_data(shared_data):
     test = shared_data / "gsm8k" / "test.jsonl"
-    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic_data=gsm8k:{test}", "train_on_test=true")
+    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic_data=gsm8k:{test}", "train_on_test=true",
+                in_process=False)  # the command itself: exit status 1 and one line, no traceback  # fmt: skip
     assert done.returncode == 1, done.stdout[-2000:]
     assert "overlaps" in done.stderr and "train_data=" in done.stderr and "eval.lic_data=" in done.stderr
     assert "Traceback" not in done.stderr

@@ -56,7 +56,7 @@ def test_fic_probe_on_smollm2(shared_data, tmp_path):
     out = tmp_path / "probe"
     _fic("probe", "--model", "smollm2", "--datasets", f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}", "--limit",
          "2", "--temperatures", "0,1.0", "--samples", "2", "--perturbations", "none,truncate,question", "--out",
-         str(out), "--judge", "learned")  # fmt: skip
+         str(out), "--judge", "learned", "--response-tokens", "48", "--max-new-tokens", "24")  # fmt: skip
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 2 * 2 * 3
     summary = json.loads((out / "summary.json").read_text())

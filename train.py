@@ -3,7 +3,9 @@
 
 Loads `recipes/NAME.yaml`, merges the overrides, parses the result into the method's config dataclass (a subclass of
 a TRL config), TRL's `ModelConfig` and the `eval:` block, then hands the recipe to the method's trainer module.
-Recipe mistakes (unknown recipe, unknown key, bad value) print one clear line and exit with status 2.
+Recipe mistakes (unknown recipe, unknown key, bad value, a key the method needs left empty) print one clear line and
+exit with status 2, before any model loads; other user errors (`fic.errors.FicError`: a model, file, row or chat
+template that cannot be used) print one line and exit with status 1.
 `python train.py recipe=NAME --help-keys` lists every key the recipe accepts; `--plan [--processes N]` prints what the
 recipe will read and do without loading a model, and exits 1 when it would train on its evaluation data
 (`fic.trainers.plan`).
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from fic.distributed import cpu_backend_overrides
-from fic.recipe import RecipeError, load_raw, parse, valid_keys
+from fic.recipe import RecipeError, describe_keys, load_raw, parse
 
 RECIPES_DIR = Path(os.environ.get("FIC_RECIPES_DIR", Path(__file__).resolve().parent / "recipes"))
 METHODS = {
@@ -49,11 +51,20 @@ def load(argv: list[str]):
     module = importlib.import_module(METHODS[method])
     flat, nested = [module.CONFIG_CLASS, ModelArguments], {"eval": EvalConfig}
     if "--help-keys" in argv:
-        print("\n".join(valid_keys(flat, nested)))
+        print(describe_keys(flat, nested))
         raise SystemExit(0)
     # Fixed output paths: one folder per recipe unless the recipe or an override names one.
     raw.setdefault("output_dir", str(Path("outputs") / Path(names[0]).stem))
     return parse(names[0], raw, flat, nested), module
+
+
+def check(recipe, module) -> None:
+    """What a method needs from its recipe (e.g. follow-up RL: at least one `contexts` dataset; local data files that
+    exist), checked before any model loads. The config dataclasses cannot check it in `__post_init__`: they are also
+    built directly, with the data passed in memory. Raises `RecipeError` or `DataError`."""
+    method_check = getattr(module, "check_recipe", None)
+    if method_check is not None:
+        method_check(recipe)
 
 
 def _plan_overrides(overrides: list[str]) -> list[str]:
@@ -82,7 +93,7 @@ def _join_processes(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from fic.distributed import use_cpu_group_without_gpu
-    from fic.errors import USER_ERRORS
+    from fic.errors import FicError
 
     use_cpu_group_without_gpu()
 
@@ -90,22 +101,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = _join_processes(argv)
     try:
         recipe, module = load(argv)
+        if "--plan" not in argv:  # a plan reports unreadable data instead of failing on it
+            check(recipe, module)
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except FicError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if "--plan" in argv:
-        from fic.trainers.plan import PlanError, make_plan
+        from fic.trainers.plan import make_plan
 
         processes = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--processes=")), None)
         try:
             print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1"))))
-        except (PlanError, ValueError) as err:
+        except (FicError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
         return 0
     try:
         module.main(recipe)
-    except USER_ERRORS as err:
+    except FicError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

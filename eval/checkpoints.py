@@ -2,11 +2,11 @@
 
 `evaluate(backend, tokenizer, config, out_dir)` runs the configured evaluations (user-turn probe, LiC, regret) into
 `out_dir/<evaluation>/` (each with its JSONL, summary.json, plots and report.html) and writes `out_dir/metrics.json`
-last, with the flat metrics (`probe/<dataset>/genuine_rate@t<T>`, `lic/P@sharded`, `regret/regret`, ...). That
-file marks the checkpoint as evaluated. The training callback calls `evaluate` on the model in memory;
-`fic eval-checkpoints RUN_DIR` loads each finished `checkpoint-N` folder from disk (LoRA adapters on their base
-model), skips those already evaluated or being evaluated by another process, and can use vLLM, so evaluation can
-run on another node while training goes on.
+last, with the flat metrics (`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, `regret/mean_regret`, ...,
+all named by `fic.metric_names`). That file marks the checkpoint as evaluated. The training callback calls
+`evaluate` on the model in memory; `fic eval-checkpoints RUN_DIR` loads each finished `checkpoint-N` folder from
+disk (LoRA adapters on their base model), skips those already evaluated or being evaluated by another process, and
+can use vLLM, so evaluation can run on another node while training goes on.
 
 Run-level files, in `RUN_DIR/eval/`: `history.jsonl` (one row per evaluated checkpoint; it survives the Trainer
 deleting old checkpoints), `comparison.json` / `comparison.csv` (step x metric), `plots/*.png` (each metric against
@@ -27,6 +27,7 @@ import socket
 import time
 from pathlib import Path
 
+from fic import metric_names
 from fic.jsonl import append_rows, load_done, write_json
 from fic.tracking import redact
 
@@ -78,16 +79,11 @@ def _probe(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, pr
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,
         response_tokens=config.response_tokens, responses=config.responses, seed=config.seed, progress=progress,
     )  # fmt: skip
-    metrics = flat_metrics(summary)
-    for pert in config.perturbations:
-        if pert != "none":
-            for name, value in flat_metrics(summary, perturbation=pert).items():
-                if "/genuine_rate@" in name:
-                    metrics[name.replace("/genuine_rate@", f"/{pert}/genuine_rate@")] = value
+    metrics = flat_metrics(summary, perturbations=tuple(config.perturbations))
     for pert, cells in (summary.get("percent_changed") or {}).items():
-        metrics[f"probe/{pert}/pct_changed"] = cells["overall"]["changed"]
+        metrics[metric_names.probe_pct_changed(pert)] = cells["overall"]["changed"]
     if summary.get("n_samples"):
-        metrics["probe/judge_error_rate"] = summary.get("judge_errors", 0) / summary["n_samples"]
+        metrics[metric_names.PROBE_JUDGE_ERROR_RATE] = summary.get("judge_errors", 0) / summary["n_samples"]
     return metrics
 
 
@@ -109,10 +105,10 @@ def _lic(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, prog
     report_dir("lic", out_dir)
     metrics = {}
     for mode, scores in summary["modes"].items():
-        for key in ("P", "A90", "U90_10"):
-            metrics[f"lic/{key}@{mode}"] = scores[key]
+        for score in metric_names.LIC_SCORES:
+            metrics[metric_names.lic_score(score, mode)] = scores[score]
     if "recovery" in summary:
-        metrics["lic/recovery"] = summary["recovery"]
+        metrics[metric_names.LIC_RECOVERY] = summary["recovery"]
     return metrics
 
 
@@ -127,7 +123,7 @@ def _regret(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, p
     parser = argparse.ArgumentParser()
     regret.add_arguments(parser)
     argv = ["--scenario", config.regret_scenario, "--policy", config.regret_policy, "--model", str(model_path),
-            "--episodes", str(config.regret_episodes), "--seed", str(config.seed), "--out", str(out_dir)]  # fmt: skip
+            "--limit", str(config.regret_episodes), "--seed", str(config.seed), "--out", str(out_dir)]  # fmt: skip
     if config.regret_data:
         argv += ["--data", config.regret_data]
     status = regret.run(parser.parse_args(argv))
@@ -135,13 +131,13 @@ def _regret(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, p
         raise RuntimeError(f"regret evaluation failed (exit status {status}); see the error above")
     summary = json.loads((out_dir / "summary.json").read_text())
     report_dir("regret", out_dir)
-    metrics = {"regret/regret": summary["regret"], "regret/value": summary["value"]}
+    metrics = {metric_names.REGRET_MEAN: summary["regret"], metric_names.REGRET_VALUE: summary["value"]}
     for key in ("resolution_rate", "turns_mean", "abstain_rate"):
         if key in summary:
-            metrics[f"regret/{key}"] = summary[key]
+            metrics[metric_names.regret_metric(key)] = summary[key]
     for key, name in (("ineffective_clarification", "ineffective_rate"), ("stopping_errors", "stopping_error_rate")):
         if isinstance(summary.get(key), dict) and "rate" in summary[key]:
-            metrics[f"regret/{name}"] = summary[key]["rate"]
+            metrics[metric_names.regret_metric(name)] = summary[key]["rate"]
     return metrics
 
 
@@ -400,11 +396,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evaluations", help="comma-separated: probe,lic,regret (default: the run's eval config)")
     parser.add_argument("--datasets", help="comma-separated NAME[:PATH] held-out sets for the probe")
     parser.add_argument("--temperatures", help="comma-separated probe temperatures, e.g. 0,0.7,1.0")
-    parser.add_argument("--samples", type=int, help="user turns per item and temperature")
-    parser.add_argument("--limit", type=int, help="items per dataset")
-    parser.add_argument("--judge", choices=["heuristic", "learned", "llm", "cascade"])
-    parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint for the llm / cascade judge")
-    parser.add_argument("--judge-model", help="judge model name at that endpoint")
+    from fic import cli_args
+
+    # No defaults here: what is not given comes from the run's own eval config (RUN_DIR/eval/config.json).
+    cli_args.add_samples_argument(parser, None)
+    cli_args.add_limit_argument(parser, None)
+    cli_args.add_judge_arguments(parser, default=None)
     parser.add_argument("--backend", choices=["transformers", "vllm"], help="generation backend (default: config)")
     parser.add_argument("--dtype", help="model dtype: auto, bfloat16, float16, float32")
     parser.add_argument("--checkpoints", help="comma-separated steps or folder names to evaluate (default: all)")
@@ -496,6 +493,8 @@ def run(args: argparse.Namespace) -> int:
 
     only = [x.strip() for x in args.checkpoints.split(",")] if args.checkpoints else None
     try:
+        if not Path(args.run_dir).is_dir():  # before the config, whose errors would hide this one
+            raise ValueError(f"RUN_DIR {args.run_dir!r} is not a folder; pass a training output_dir")
         config = resolve_config(args)
         result = evaluate_run(args.run_dir, config, only=only, force=args.force, dtype=args.dtype,
                               progress=args.progress)  # fmt: skip

@@ -8,6 +8,7 @@ Secrets never go in here: the LLM judge reads its key from the environment (`FIC
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 EVALUATIONS = ("probe", "lic", "regret")
 JUDGES = ("heuristic", "learned", "llm", "cascade")
@@ -92,13 +93,13 @@ class EvalConfig:
     samples: int = 1
     limit: int = 20
     max_new_tokens: int = 64
-    judge: str = "heuristic"
+    judge: Literal["heuristic", "learned", "llm", "cascade"] = "heuristic"
     judge_base_url: str | None = None
     judge_model: str | None = None
-    backend: str = "transformers"
+    backend: Literal["transformers", "vllm"] = "transformers"
     seed: int = 0
     perturbations: list[str] = field(default_factory=lambda: ["none"])
-    responses: str = "model"
+    responses: Literal["model", "data"] = "model"
     response_tokens: int = 128
     lic_data: str = "synthetic"
     lic_limit: int = 20
@@ -111,7 +112,7 @@ class EvalConfig:
     regret_policy: str = "model"
     regret_episodes: int = 10
     every_n_saves: int = 1
-    load_from: str = "auto"
+    load_from: Literal["auto", "memory", "disk"] = "auto"
     batch_size: int = 8
     log_samples: int = 32
 

@@ -221,44 +221,47 @@ def plot(summary: dict, path: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="local path or hub id (transformers / vllm backends)")
-    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
-    parser.add_argument("--base-url", help="OpenAI-compatible server for --backend openai")
-    parser.add_argument(
-        "--data", default="synthetic", help="`synthetic`, or NAME[:PATH] (lost_in_conversation, gsm8k)"
-    )
-    parser.add_argument("--modes", default="full,concat,sharded")
-    parser.add_argument("--runs", type=int, default=1, help="runs per instruction (N)")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--limit", type=int, default=50, help="instructions")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--user", default="rule", choices=["rule", "llm"], help="user simulator")
-    parser.add_argument("--user-base-url", help="chat endpoint for --user llm")
-    parser.add_argument("--user-model", help="model name for --user llm")
-    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    from fic import cli_args
+
+    from .config import EvalConfig
+
+    defaults = EvalConfig()  # the checkpoint callback's `lic_*` settings
+    cli_args.add_model_arguments(parser)
+    parser.add_argument("--data", default=defaults.lic_data, help="`synthetic`, or NAME[:PATH] with shards "
+                        "(lost_in_conversation, gsm8k)")  # fmt: skip
+    parser.add_argument("--modes", default=",".join(defaults.lic_modes), help="comma-separated: full, concat, sharded")
+    parser.add_argument("--runs", type=cli_args.positive_int, default=defaults.lic_runs, help="runs per instruction "
+                        "and mode (N)")  # fmt: skip
+    parser.add_argument("--temperature", type=float, default=defaults.lic_temperature,
+                        help="sampling temperature of the assistant turns")  # fmt: skip
+    cli_args.add_limit_argument(parser, defaults.lic_limit, help="instructions")
+    cli_args.add_token_arguments(parser, defaults.lic_max_new_tokens, turn="tokens per assistant turn")
+    cli_args.add_seed_argument(parser, defaults.seed)
+    cli_args.add_user_arguments(parser)
+    cli_args.add_out_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from fic.cli_args import ArgumentError, backend_name, parse_list
     from fic.generation import get_backend
     from fic.modeling import load_tokenizer
 
+    if not args.model:
+        raise ArgumentError("--model: required (a local path, a hub id, tiny:FAMILY, smollm2, or the served model's "
+                            "name with --base-url)")  # fmt: skip
+    modes = parse_list("--modes", args.modes, valid=MODES)
     if args.data == "synthetic":
         tasks = tasks_from_synthetic(args.limit, seed=args.seed)
     else:
         tasks = tasks_from_source(args.data, limit=args.limit)
     if not tasks:
-        raise ValueError(f"--data {args.data}: no task with shards and an automatic checker")
-    if args.backend == "openai":
-        if not args.base_url:
-            raise ValueError("--backend openai needs --base-url")
-        backend = get_backend("openai", model=args.model, base_url=args.base_url)
-    else:
-        backend = get_backend(args.backend, model=args.model)
-    tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.model)
+        raise ArgumentError(f"--data {args.data}: no task with shards and an automatic checker")
+    name = backend_name(args)
+    backend = get_backend(name, model=args.model, **({"base_url": args.base_url} if name == "openai" else {}))
+    tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     user = LLMUser(args.user_base_url, args.user_model) if args.user == "llm" else RuleUser()
     summary = run_lic(
-        backend, tokenizer, tasks, args.out, modes=args.modes.split(","), runs=args.runs,
+        backend, tokenizer, tasks, args.out, modes=modes, runs=args.runs,
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user, model=args.model,
     )  # fmt: skip
     for mode, m in summary["modes"].items():

@@ -77,7 +77,7 @@ def get_responses(backend, tokenizer, dataset: str, records, out_dir: Path, sour
 
 def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temperatures=(0.0, 0.3, 0.7, 1.0),
               samples: int = 1, perturbations=("none",), judge=None, limit: int | None = 20,
-              max_new_tokens: int = 64, response_tokens: int = 256, responses: str = "model", seed: int = 0,
+              max_new_tokens: int = 64, response_tokens: int = 128, responses: str = "model", seed: int = 0,
               chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
               report: bool = True, model: str | None = None) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
@@ -208,42 +208,51 @@ def _write_report(summary: dict, rows: list[dict], out_dir: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="local path or hub id (with --base-url: the served model's name)")
-    parser.add_argument("--tokenizer", help="tokenizer path or id, if not the model's (needed with --base-url)")
-    parser.add_argument("--base-url", help="OpenAI-compatible /v1/completions endpoint instead of a local model")
-    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
-    parser.add_argument("--datasets", required=True, help="comma-separated NAME[:PATH] specs, e.g. gsm8k:test.jsonl")
-    parser.add_argument("--temperatures", default="0,0.3,0.7,1.0")
-    parser.add_argument("--samples", type=int, default=1, help="user turns per item and temperature")
-    parser.add_argument("--perturbations", default="none", help="comma-separated: none,truncate,question")
-    parser.add_argument("--judge", default="heuristic", choices=["heuristic", "learned", "llm", "cascade"])
-    parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint for the llm / cascade judge")
-    parser.add_argument("--judge-model", help="judge model name at that endpoint")
-    parser.add_argument("--limit", type=int, default=20, help="items per dataset")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per user turn")
-    parser.add_argument("--response-tokens", type=int, default=256, help="tokens per assistant answer")
-    parser.add_argument("--responses", default="model", choices=["model", "data"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    from fic import cli_args
+
+    from .config import EvalConfig
+
+    defaults = EvalConfig()  # the checkpoint callback's settings: the same checkpoint gives the same numbers
+    cli_args.add_model_arguments(parser)
+    parser.add_argument("--datasets", required=True, help="comma-separated NAME[:PATH] specs, e.g. gsm8k:test.jsonl "
+                        "(`fic sources` lists the names)")  # fmt: skip
+    parser.add_argument("--temperatures", default=",".join(f"{t:g}" for t in defaults.temperatures),
+                        help="comma-separated user-turn sampling temperatures")  # fmt: skip
+    cli_args.add_samples_argument(parser, defaults.samples)
+    parser.add_argument("--perturbations", default=",".join(defaults.perturbations),
+                        help="comma-separated controls: none, truncate, question")  # fmt: skip
+    cli_args.add_judge_arguments(parser, defaults.judge)
+    cli_args.add_limit_argument(parser, defaults.limit)
+    cli_args.add_token_arguments(parser, defaults.max_new_tokens, defaults.response_tokens)
+    cli_args.add_responses_argument(parser, defaults.responses)
+    cli_args.add_seed_argument(parser, defaults.seed)
+    cli_args.add_out_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from fic.cli_args import ArgumentError, backend_name, parse_list
+    from fic.data import load_source
     from fic.generation import get_backend
     from fic.judges import make_judge
     from fic.modeling import load_tokenizer
 
     if not args.model:
-        raise ValueError("--model is required (a local path, a hub id, or the served model's name with --base-url)")
-    if args.base_url:
-        backend = get_backend("openai", model=args.model, base_url=args.base_url)
-    else:
-        backend = get_backend(args.backend, model=args.model)
+        raise ArgumentError(
+            "--model: required (a local path, a hub id, tiny:FAMILY, smollm2, or the served model's name with --base-url)"
+        )
+    datasets = parse_list("--datasets", args.datasets)
+    temperatures = parse_list("--temperatures", args.temperatures, float, minimum=0.0)
+    perturbations = parse_list("--perturbations", args.perturbations, valid=PERTURBATIONS)
+    for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
+        load_source(spec, limit=args.limit)
+    backend = get_backend(
+        backend_name(args), model=args.model, **({"base_url": args.base_url} if args.base_url else {})
+    )
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
     summary = run_probe(
-        backend, tokenizer, [d for d in args.datasets.split(",") if d], args.out,
-        temperatures=[float(t) for t in args.temperatures.split(",")], samples=args.samples,
-        perturbations=[p for p in args.perturbations.split(",") if p], judge=judge, limit=args.limit,
+        backend, tokenizer, datasets, args.out, temperatures=temperatures, samples=args.samples,
+        perturbations=perturbations, judge=judge, limit=args.limit,
         max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
         seed=args.seed, model=args.model,
     )  # fmt: skip

@@ -165,7 +165,7 @@ def test_fic_bag_tiny_model_end_to_end_and_resume(shared_data, tmp_path):
     argv = [
         "--model",
         tiny_model("chatml"),
-        "--items",
+        "--limit",
         "3",
         "--k",
         "3",

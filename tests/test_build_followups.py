@@ -121,14 +121,14 @@ def parse(argv):
 
 def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("fic.judges.make_judge", lambda *a, **k: RuleJudge())
-    out = tmp_path / "followups.jsonl"
+    out = tmp_path / "followups" / "followups.jsonl"
     args = parse([
         "--contexts", f"gsm8k:{shared_data}/gsm8k/test.jsonl", "--real", f"healthbench:{shared_data}/healthbench/oss_eval_first30.jsonl",
-        "--limit", "8", "--model", "tiny:chatml", "--n", "2", "--max-new-tokens", "12", "--out", str(out),
+        "--limit", "8", "--model", "tiny:chatml", "--samples", "2", "--max-new-tokens", "12", "--out", str(out.parent),
     ])  # fmt: skip
     assert fu.run(args) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    summary = json.loads((tmp_path / "followups.summary.json").read_text())
+    summary = json.loads((out.parent / "summary.json").read_text())
     assert json.loads(capsys.readouterr().out) == summary
     sampled = [r for r in rows if r["origin"] == "sampled"]
     assert summary["sampled"]["contexts"] == 8 and summary["sampled"]["candidates"] == 16
@@ -143,9 +143,9 @@ def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_
 
 def test_cli_errors_name_the_fix(tmp_path):
     with pytest.raises(DataError, match="nothing to build"):
-        fu.build(parse(["--out", str(tmp_path / "o.jsonl")]))
+        fu.build(parse(["--out", str(tmp_path / "o")]))
     with pytest.raises(DataError, match="--model"):
-        fu.build(parse(["--contexts", "gsm8k:x.jsonl", "--out", str(tmp_path / "o.jsonl")]))
+        fu.build(parse(["--contexts", "gsm8k:x.jsonl", "--out", str(tmp_path / "o")]))
 
 
 def test_cli_is_routed_by_fic():
@@ -158,9 +158,9 @@ def test_cli_is_routed_by_fic():
 @pytest.mark.slow
 def test_templates_with_the_heuristic_judge(shared_data, tmp_path):
     """The offline path end to end: GSM8K contexts, template candidates, the real heuristic judge."""
-    out = tmp_path / "t.jsonl"
+    out = tmp_path / "t"
     args = parse(["--contexts", f"gsm8k:{shared_data}/gsm8k/test.jsonl", "--limit", "12", "--candidates", "templates",
-                  "--n", "3", "--judge", "heuristic", "--out", str(out)])  # fmt: skip
+                  "--samples", "3", "--judge", "heuristic", "--out", str(out)])  # fmt: skip
     rows, summary = fu.build(args)
     assert summary["sampled"]["candidates"] == 36 and summary["sampled"]["judge"] == "heuristic"
     assert 0 < len(rows) <= 12 and all(r["origin"] == "template" for r in rows)

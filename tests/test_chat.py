@@ -70,6 +70,17 @@ def test_inconsistent_template_raises_naming_tokenizer():
         chat.role_prefix(tok, CONTEXT)
 
 
+def test_template_that_writes_the_role_after_the_content_raises_naming_tokenizer():
+    """Cut at the sentinel, such a template gives a prefix with no user header (the role comes after the content)."""
+    tok = build_tokenizer("chatml")
+    tok.name_or_path = "role-after-content"
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n<|{{ m['role'] }}|>\n{% endfor %}"
+    with pytest.raises(chat.ChatTemplateError, match="'role-after-content' writes no user header"):
+        chat.role_prefix(tok, CONTEXT)
+    with pytest.raises(chat.ChatTemplateError, match="role-after-content"):
+        chat.role_prefix(tok, CONTEXT[:1], role="assistant")
+
+
 def test_missing_template_raises():
     tok = build_tokenizer("chatml")
     tok.chat_template = None

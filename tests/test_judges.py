@@ -315,16 +315,16 @@ def test_api_key_is_sent_but_never_written(tmp_path, monkeypatch, caplog, capsys
         server.add_faults("503")
         judge = _judge(server, cache=tmp_path / "cache.jsonl")
         verdicts = judge.judge([case("Why?")])
-        args = _parse(add_judge_arguments, [str(src), "-o", str(tmp_path / "out.jsonl"), "--judge", "llm",
-                                            "--base-url", server.url, "--model", "m2", "--cache", str(tmp_path / "c2.jsonl")])  # fmt: skip
+        args = _parse(add_judge_arguments, [str(src), "--out", str(tmp_path / "out"), "--judge", "llm",
+                                            "--judge-base-url", server.url, "--judge-model", "m2", "--cache", str(tmp_path / "c2.jsonl")])  # fmt: skip
         assert run_judge(args) == 0
         headers = [r["headers"] for r in server.requests]
     assert all(h.get("Authorization") == f"Bearer {secret}" for h in headers)
-    (row,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    (row,) = [json.loads(line) for line in (tmp_path / "out" / "judgements.jsonl").read_text().splitlines()]
     assert (row["id"], row["label"], row["genuine"], row["judge"]) == ("a", "genuine_followup", True, "llm:m2")
     assert verdicts[0].label == "genuine_followup" and verdicts[0].extra["attempts"] == 2
     written = [repr(judge), repr(verdicts), caplog.text, *capsys.readouterr()]
-    written += [p.read_text() for p in tmp_path.iterdir()]
+    written += [p.read_text() for p in tmp_path.rglob("*") if p.is_file()]
     assert not any(secret in text for text in written)
 
 
@@ -408,13 +408,13 @@ def _parse(add, argv):
 
 
 def test_fic_judge_heuristic_command(tmp_path, capsys):
-    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src, out = tmp_path / "in.jsonl", tmp_path / "out" / "judgements.jsonl"
     rows = [
         {"id": "r1", "temperature": 0.7, "messages": CONTEXT, "user_turn": "ok"},
         {"id": "r2", "temperature": 0.7, "messages": CONTEXT, "user_turn": "In step 2, why $12?"},
     ]
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    assert run_judge(_parse(add_judge_arguments, [str(src), "-o", str(out)])) == 0
+    assert run_judge(_parse(add_judge_arguments, [str(src), "--out", str(out.parent)])) == 0
     judged = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in judged] == ["r1", "r2"] and judged[0]["temperature"] == 0.7
     assert [(r["label"], r["genuine"]) for r in judged] == [("degenerate_short", False), ("genuine_followup", True)]
@@ -428,17 +428,17 @@ def test_fic_judge_heuristic_command(tmp_path, capsys):
 
 
 def test_fic_judge_bad_lines(tmp_path, capsys):
-    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src, out = tmp_path / "in.jsonl", tmp_path / "out" / "judgements.jsonl"
     good = json.dumps({"messages": CONTEXT, "user_turn": "ok"})
     src.write_text("\n".join([good, "{not json", json.dumps({"messages": CONTEXT}), good]) + "\n")
-    assert run_judge(_parse(add_judge_arguments, [str(src), "-o", str(out)])) == 2
+    assert run_judge(_parse(add_judge_arguments, [str(src), "--out", str(out.parent)])) == 2
     err = capsys.readouterr().err
     assert "line 2" in err and "--skip-bad" in err
-    assert run_judge(_parse(add_judge_arguments, [str(src), "-o", str(out), "--skip-bad"])) == 0
+    assert run_judge(_parse(add_judge_arguments, [str(src), "--out", str(out.parent), "--skip-bad"])) == 0
     assert "2 bad line(s) skipped" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 2
-    assert run_judge(_parse(add_judge_arguments, [str(src), "-o", str(out), "--judge", "llm"])) == 2
-    assert "--base-url and --model" in capsys.readouterr().err
+    assert run_judge(_parse(add_judge_arguments, [str(src), "--out", str(out.parent), "--judge", "llm"])) == 2
+    assert "--judge-base-url and --judge-model" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- real data: MT-Bench second turns

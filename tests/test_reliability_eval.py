@@ -149,7 +149,7 @@ def test_fic_lic_killed_midway_resumes_to_the_uninterrupted_episodes(tiny, tmp_p
 
 
 def test_fic_regret_killed_midway_resumes_to_the_uninterrupted_episodes(tiny, shared_data, tmp_path):
-    argv = ["regret", "--scenario", "products", "--policy", "model", "--model", tiny, "--episodes", "6", "--seed",
+    argv = ["regret", "--scenario", "products", "--policy", "model", "--model", tiny, "--limit", "6", "--seed",
             "0", "--embedder", "none", "--max-new-tokens", "8"]  # fmt: skip
     a, b, had = killed_and_resumed(tmp_path, argv, "episodes.jsonl", kill_at=3)
     assert_same_rows(a, b, "episodes.jsonl", lambda r: r["key"], expected=6 * 5, had=had)

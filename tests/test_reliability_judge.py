@@ -88,13 +88,13 @@ class PlannedFaultServer(MockOpenAIServer):
 
 
 def run_cli(tmp_path, server, rows, *extra, bad_lines=()):
-    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src, out = tmp_path / "in.jsonl", tmp_path / "out" / "judgements.jsonl"
     lines = [json.dumps(r) for r in rows] + list(bad_lines)
     src.write_text("\n".join(lines) + "\n")
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env["FIC_JUDGE_API_KEY"] = SECRET
-    cmd = [sys.executable, "-m", "fic.cli", "judge", str(src), "-o", str(out), "--judge", "llm",
-           "--base-url", server.url, "--model", "judge-m", "--timeout", str(TIMEOUT_S), "--max-retries", "2",
+    cmd = [sys.executable, "-m", "fic.cli", "judge", str(src), "--out", str(out.parent), "--judge", "llm",
+           "--judge-base-url", server.url, "--judge-model", "judge-m", "--timeout", str(TIMEOUT_S), "--max-retries", "2",
            "--skip-bad", *extra]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
     judged = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []

@@ -71,7 +71,7 @@ def test_generated_text_is_inert_in_the_regret_report(shared_data, tmp_path, mon
             return [[HOSTILE[(i + j) % len(HOSTILE)] for j in range(n)] for i, _ in enumerate(conversations)]
 
     monkeypatch.setattr(clarify_model, "load_chat_model", lambda *a, **k: HostileChat())
-    assert regret.main(["--scenario", "products", "--policy", "model", "--model", "hostile", "--episodes", "2",
+    assert regret.main(["--scenario", "products", "--policy", "model", "--model", "hostile", "--limit", "2",
                         "--seed", "0", "--embedder", "none", "--out", str(tmp_path)]) == 0  # fmt: skip
     assert any(json.dumps(a)[1:-1] in (tmp_path / "episodes.jsonl").read_text() for a in HOSTILE)
     page = assert_inert(report_dir("regret", tmp_path).read_text())

@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
-from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
+from fic.recipe import RecipeError
+from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,9 @@ class CollabSFTConfig(SFTConfig):
     )
     followup_candidates: int = field(default=4, metadata={"help": "Template candidates per context."})
     followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
-    followup_judge: str = field(default="heuristic", metadata={"help": "Judge for the candidates."})
+    followup_judge: Literal["heuristic", "learned", "llm", "cascade"] = field(
+        default="heuristic", metadata={"help": "Judge for the candidates."}
+    )
     dataset_limit: int | None = field(default=None, metadata={"help": "Items read from each training dataset."})
     chat_template_kwargs: dict | None = field(
         default=None,
@@ -255,15 +259,27 @@ def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eva
     summary["dropped_heldout_overlap"] = dropped
     summary["conversations"] = len(rows)
     if not rows:
-        raise ValueError(
+        raise RecipeError(
             "train_datasets / followup_contexts: no training conversation left; name datasets with multi-turn "
             "conversations or contexts with reference answers"
         )
     return rows, summary
 
 
+def check_recipe(recipe) -> None:
+    """What `main` needs from the recipe, checked by `train.py` before any model loads."""
+    args = recipe.get(CollabSFTConfig)
+    if not (args.train_datasets or args.followup_contexts):
+        raise RecipeError(
+            "train_datasets / followup_contexts: both empty; name multi-turn conversations "
+            "(train_datasets=[mt_bench:PATH]) or contexts for judged follow-ups (followup_contexts=[gsm8k:PATH])"
+        )
+    check_recipe_data(recipe, train_datasets=args.train_datasets, followup_contexts=args.followup_contexts)
+
+
 def main(recipe) -> None:
     start = time.time()
+    check_recipe(recipe)
     run = prepare(recipe, CONFIG_CLASS)
     args = run.args
     # The evaluation before training is split across the ranks (each answers and judges its share), so no rank waits

@@ -1,6 +1,7 @@
 """Setup every fic trainer shares, so no trainer copies it: tracking, model + tokenizer + LoRA, summaries.
 
-A trainer module exposes `CONFIG_CLASS` (its `<Method>Config`) and `main(recipe)`; `main` calls `prepare(recipe)`
+A trainer module exposes `CONFIG_CLASS` (its `<Method>Config`), `main(recipe)` and optionally `check_recipe(recipe)`
+(what `main` needs from the recipe, which `train.py` checks before any model loads); `main` calls `prepare(recipe)`
 for the pieces, builds its data, runs its TRL trainer, and writes `OUTPUT_DIR/eval_summary.json` with
 `write_summary` when it measures before/after.
 """
@@ -32,6 +33,21 @@ class Run:
     model: Any
     tokenizer: Any
     peft_config: Any
+
+
+def check_recipe_data(recipe: Recipe, **fields: list[str]) -> None:
+    """The dataset specs a run will read, checked before any model loads: known names and local files that exist.
+
+    Args:
+        recipe: the parsed recipe; its held-out `eval.datasets` are checked when the evaluation is enabled.
+        fields: the method's training specs by recipe key, e.g. `contexts=args.contexts`.
+    """
+    from fic.data.sources import check_specs
+    from fic.eval.config import EvalConfig
+
+    check_specs("eval.datasets", recipe.get(EvalConfig).datasets)
+    for name, specs in fields.items():
+        check_specs(name, specs)
 
 
 def configure_tracking(args) -> None:

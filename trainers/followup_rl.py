@@ -23,11 +23,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trl import GRPOConfig, GRPOTrainer
 
+from fic import metric_names
 from fic.chat import turn_end_strings
-from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
+from fic.recipe import RecipeError
+from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
 from fic.trainers.rewards import REWARDS, check_penalties, get_reward
 
 logger = logging.getLogger(__name__)
@@ -60,12 +63,16 @@ class FollowupRLConfig(GRPOConfig):
 
     contexts: list[str] = field(default_factory=list, metadata={"help": "Datasets whose items become contexts."})
     context_limit: int | None = field(default=None, metadata={"help": "Items read from each context dataset."})
-    context_answers: str = field(default="data", metadata={"help": "Answer in training contexts: data or model."})
+    context_answers: Literal["data", "model"] = field(
+        default="data", metadata={"help": "Answer in training contexts: data or model."}
+    )
     rewards: list[str] = field(
         default_factory=lambda: ["followup"], metadata={"help": f"Rewards: any of {', '.join(REWARDS)}."}
     )
     penalties: dict[str, float] = field(default_factory=dict, metadata={"help": "Reward of each failure mode."})
-    reward_judge: str = field(default="heuristic", metadata={"help": "Judge: heuristic, llm or cascade."})
+    reward_judge: Literal["heuristic", "learned", "llm", "cascade"] = field(
+        default="heuristic", metadata={"help": "Judge: heuristic, llm or cascade."}
+    )
     reward_judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint."})
     reward_judge_model: str | None = field(default=None, metadata={"help": "LLM judge model name."})
 
@@ -144,7 +151,8 @@ def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
 
 def reward_curve(log_history: list[dict]) -> list[dict]:
     """`[{"step", "reward", ...}]` from the trainer's logs (one point per logging step)."""
-    keys = ("reward", "reward_std", "followup/genuine_rate", "completions/mean_length", "completions/clipped_ratio")
+    keys = ("reward", "reward_std", metric_names.FOLLOWUP_GENUINE_RATE, "completions/mean_length",
+            "completions/clipped_ratio")  # fmt: skip
     return [
         {"step": entry["step"], **{k: round(entry[k], 4) for k in keys if k in entry}}
         for entry in log_history
@@ -159,6 +167,17 @@ def curve_ends(curve: list[dict]) -> tuple[float | None, float | None]:
     k = max(1, len(curve) // 4)
     mean = lambda points: round(sum(p["reward"] for p in points) / len(points), 4)  # noqa: E731
     return mean(curve[:k]), mean(curve[-k:])
+
+
+def check_recipe(recipe) -> None:
+    """What `main` needs from the recipe, checked by `train.py` before any model loads."""
+    args = recipe.get(FollowupRLConfig)
+    if not args.contexts:
+        raise RecipeError(
+            "contexts: empty; follow-up RL needs at least one dataset of contexts to reply to, e.g. "
+            "contexts=[gsm8k:PATH/train.jsonl]"
+        )
+    check_recipe_data(recipe, contexts=args.contexts)
 
 
 def main(recipe) -> None:
@@ -176,10 +195,9 @@ def main(recipe) -> None:
     )
 
     start = time.time()
+    check_recipe(recipe)
     run = prepare(recipe, CONFIG_CLASS)
     args, tokenizer = run.args, run.tokenizer
-    if not args.contexts:
-        raise ValueError("contexts: no datasets; name at least one (e.g. contexts=[gsm8k:PATH])")
     # Work before training is split across the ranks and shared (map_across_ranks): the held-out contexts, the
     # model's answers to the training contexts (generated once, not once per rank) and the evaluation before training,
     # so no rank waits for another at the trainer's first collective. The evaluation after runs on the main process.
@@ -194,7 +212,10 @@ def main(recipe) -> None:
     )
     contexts, dropped = drop_overlap(contexts, [r.messages for r in records])
     if not contexts:
-        raise ValueError("contexts: no context left (items need a final user turn and an answer)")
+        raise RecipeError(
+            f"contexts: {args.contexts} gave no usable context (items need a final user turn and an answer, and must "
+            "not be held-out eval.datasets items); name other datasets"
+        )
     logger.info(
         "%d training contexts (%d held-out overlaps dropped), %d held-out", len(contexts), dropped, len(heldout)
     )

@@ -18,8 +18,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fic.errors import FicError
 
-class PlanError(ValueError):
+
+class PlanError(FicError, ValueError):
     """The recipe would train on its evaluation data or on a test split."""
 
 

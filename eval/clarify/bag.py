@@ -279,17 +279,17 @@ def summarize_bag(records: list[dict], header: dict) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, help="AmbigQA dev_light.json (default: the shared data folder)")
-    parser.add_argument("--model", required=True, help="checkpoint path or hub id")
-    parser.add_argument("--backend", default="transformers", help="fic.generation backend")
-    parser.add_argument("--base-url", default=None, help="--backend openai: the server's /v1 URL")
+    from fic import cli_args
+
+    cli_args.add_model_arguments(parser, tokenizer=False)
     parser.add_argument("--variant", default="bag", choices=VARIANTS, help="bag, prompt_only or bag_plus")
     parser.add_argument("--k", type=int, default=5, help="samples forming the belief state")
     parser.add_argument("--agree", type=float, default=0.7, help="bag_plus: answer when this share agrees")
-    parser.add_argument("--items", type=int, default=100, help="number of AmbigQA items (seeded sample)")
+    cli_args.add_limit_argument(parser, 100, help="AmbigQA items (a seeded sample)", aliases=("--items",))
     parser.add_argument("--profile", default="cooperative", help="simulated user profile answering clarifications")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    cli_args.add_token_arguments(parser, 48, turn="tokens per generated reply")
+    cli_args.add_seed_argument(parser, required=True)
+    cli_args.add_out_argument(parser)
 
 
 def run(args) -> int:
@@ -302,24 +302,25 @@ def run(args) -> int:
     from fic.jsonl import append_rows, check_settings, load_keyed, write_json
 
     try:
-        if args.k < 1 or not 0 < args.agree <= 1 or args.items < 1:
+        if args.k < 1 or not 0 < args.agree <= 1 or args.limit < 1:
             raise ValueError(
-                f"--k={args.k} --agree={args.agree} --items={args.items}: need k >= 1, 0 < agree <= 1 and items >= 1."
+                f"--k={args.k} --agree={args.agree} --limit={args.limit}: need k >= 1, 0 < agree <= 1 and limit >= 1."
             )
         check_profile(args.profile)
         data_path = resolve_data_path("ambigqa", args.data)
         items = sorted(load_ambigqa(data_path), key=lambda it: it["id"])
         random.Random(f"bag-items/{args.seed}").shuffle(items)
-        items = items[: args.items]
+        items = items[: args.limit]
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         config = {
             k: getattr(args, k)
             for k in ("data", "model", "variant", "k", "agree", "profile", "seed", "max_new_tokens")
         }
+        from fic.cli_args import backend_name
         from fic.eval.clarify.model import load_chat_model
 
-        model = load_chat_model(args.model, args.backend, args.base_url)
+        model = load_chat_model(args.model, backend_name(args), args.base_url)
         check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
     except (ValueError, *USER_ERRORS) as err:
         print(f"error: {err}", file=sys.stderr)

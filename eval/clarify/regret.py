@@ -10,7 +10,7 @@ model it never does worse in expectation than answering at once; on few episodes
 Output: OUT/episodes.jsonl (one line per episode x profile, resumable after a crash), OUT/settings.json (the settings;
 a rerun must match them), OUT/summary.json (metrics overall and per profile; `regret` at the top level).
 
-    fic regret --scenario products --policy always_answer --episodes 50 --seed 0 --out runs/regret
+    fic regret --scenario products --policy always_answer --limit 50 --seed 0 --out runs/regret
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import random
 import sys
 from pathlib import Path
 
+from fic.cli_args import backend_name
 from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
 from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fic import cli_args
+    from fic.eval.config import EvalConfig
+
     parser.add_argument("--scenario", required=True, choices=SCENARIOS, help="products or ambigqa")
     parser.add_argument(
         "--data",
@@ -40,18 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="data file (default: the shared data folder, via FIC_SHARED_DATA or ../shared/data)",
     )
     parser.add_argument("--policy", required=True, choices=POLICIES, help="the policy under test")
-    parser.add_argument("--model", default=None, help="checkpoint path or hub id for --policy model/bag")
-    parser.add_argument("--backend", default="transformers", help="fic.generation backend for --model")
-    parser.add_argument("--base-url", default=None, help="--backend openai: the server's /v1 URL")
-    parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all (default)")
-    parser.add_argument("--episodes", type=int, default=50, help="number of episodes (each run under every profile)")
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    cli_args.add_model_arguments(parser, required=False, tokenizer=False,
+                                 help=f"{cli_args.MODEL_HELP}; for --policy model/bag")  # fmt: skip
+    parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all")
+    cli_args.add_limit_argument(parser, EvalConfig().regret_episodes, help="episodes (each played under every "
+                                "profile)", aliases=("--episodes",))  # fmt: skip
+    cli_args.add_seed_argument(parser, required=True)
+    cli_args.add_out_argument(parser)
     parser.add_argument("--cost", type=float, default=0.1, help="per-turn cost c in V = 1[resolved] - c x turns")
     parser.add_argument("--max-turns", type=int, default=6, help="clarification turns before an episode ends")
     parser.add_argument("--max-intents", type=int, default=10, help="products: candidates per episode")
-    parser.add_argument("--user", default="rules", choices=("rules", "llm"), help="simulated user")
-    parser.add_argument("--user-model", default=None, help="model for --user/--tracker llm (default: --model)")
+    cli_args.add_user_arguments(parser, endpoint=False, model_help="model for --user/--tracker llm (default: --model)")
     parser.add_argument(
         "--tracker",
         default="rules",
@@ -66,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--k", type=int, default=5, help="bag: samples forming the belief state")
     parser.add_argument("--agree", type=float, default=0.7, help="bag: BAG+ answers when this share agrees")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="model/bag: tokens per generated reply")
+    cli_args.add_token_arguments(parser, EvalConfig().max_new_tokens, turn="model/bag: tokens per generated reply")
 
 
 def _config(args) -> dict:
@@ -92,8 +95,8 @@ def _config(args) -> dict:
 
 
 def _check_args(args) -> list[str]:
-    if args.episodes < 1:
-        raise ValueError(f"--episodes={args.episodes}; pass a positive number of episodes.")
+    if args.limit < 1:
+        raise ValueError(f"--limit={args.limit}; pass a positive number of episodes.")
     if args.cost < 0:
         raise ValueError(f"--cost={args.cost} is negative; pass a per-turn cost >= 0.")
     if args.max_turns < 1:
@@ -158,7 +161,7 @@ class _Factory:
         if self._model is None and self.args.model:
             from fic.eval.clarify.model import load_chat_model
 
-            self._model = load_chat_model(self.args.model, self.args.backend, self.args.base_url)
+            self._model = load_chat_model(self.args.model, backend_name(self.args), self.args.base_url)
         return self._model
 
     def user_model(self):
@@ -167,7 +170,7 @@ class _Factory:
         if self._user_model is None:
             from fic.eval.clarify.model import load_chat_model
 
-            self._user_model = load_chat_model(self.args.user_model, self.args.backend, self.args.base_url)
+            self._user_model = load_chat_model(self.args.user_model, backend_name(self.args), self.args.base_url)
         return self._user_model
 
     def user(self, episode, profile: str):
@@ -194,7 +197,7 @@ def run(args) -> int:
             scenario.max_intents = args.max_intents
         data_path = resolve_data_path(args.scenario, args.data)
         data = scenario.load(data_path)
-        episodes = scenario.build_episodes(data, args.episodes, args.seed)
+        episodes = scenario.build_episodes(data, args.limit, args.seed)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         factory = _Factory(args, scenario)

@@ -21,12 +21,13 @@ import threading
 import time
 from pathlib import Path
 
+from fic.errors import FicError
 from fic.jsonl import load_done, write_json
 
 IDENTITY = ("model", "dataset", "item_id", "temperature", "perturbation", "sample")
 
 
-class ReviewError(ValueError):
+class ReviewError(FicError, ValueError):
     """A bad review folder or a bad annotation; the message says what to fix."""
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import re
 
+from fic.errors import FicError
+
 logger = logging.getLogger(__name__)
 
 _SENTINELS = ("FICSENTINELALPHA7319", "FICSENTINELB28")
@@ -22,8 +24,12 @@ _TAG = re.compile(r"(<\|[^|<>\s]{1,40}\|>|<[A-Za-z_/][\w/]{0,40}>|\[/?[A-Z_]{2,2
 VALID_ROLES = ("system", "user", "assistant")
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(FicError, ValueError):
     """A chat template cannot render what was asked, or gives an inconsistent prefix."""
+
+
+class MessagesError(FicError, ValueError):
+    """A conversation that is not a non-empty list of `{"role", "content"}` messages with known roles."""
 
 
 def _name(tokenizer) -> str:
@@ -31,19 +37,19 @@ def _name(tokenizer) -> str:
 
 
 def validate_messages(messages: list[dict], where: str = "messages") -> None:
-    """Raise `ValueError` naming the position and field when `messages` is not a list of role/content dicts."""
+    """Raise `MessagesError` (a `ValueError`) naming the position and field when `messages` is not a list of role/content dicts."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"{where}: expected a non-empty list of {{'role', 'content'}} dicts, got {messages!r:.80}")
+        raise MessagesError(f"{where}: expected a non-empty list of {{'role', 'content'}} dicts, got {messages!r:.80}")
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise ValueError(f"{where}[{i}]: expected a dict with 'role' and 'content', got {type(m).__name__}")
+            raise MessagesError(f"{where}[{i}]: expected a dict with 'role' and 'content', got {type(m).__name__}")
         role, content = m.get("role"), m.get("content")
         if role not in VALID_ROLES:
-            raise ValueError(f"{where}[{i}].role: unknown role {role!r}; valid roles are {', '.join(VALID_ROLES)}")
+            raise MessagesError(f"{where}[{i}].role: unknown role {role!r}; valid roles are {', '.join(VALID_ROLES)}")
         if not isinstance(content, str):
-            raise ValueError(f"{where}[{i}].content: expected a string, got {type(content).__name__}")
+            raise MessagesError(f"{where}[{i}].content: expected a string, got {type(content).__name__}")
         if not content.strip():
-            raise ValueError(f"{where}[{i}].content: empty {role} message")
+            raise MessagesError(f"{where}[{i}].content: empty {role} message")
 
 
 TEMPLATE_KWARGS_ATTR = "fic_chat_template_kwargs"
@@ -118,7 +124,34 @@ def role_prefix(tokenizer, messages: list[dict], role: str = "user", **template_
             f"the chat template of {_name(tokenizer)!r} renders the conversation differently depending on the "
             f"content of the new {role} turn; no consistent {role} header exists"
         )
+    _check_header(tokenizer, messages, role, first, template_kwargs)
     return first
+
+
+_HEADERS_CHECKED: set[tuple] = set()
+
+
+def _check_header(tokenizer, messages: list[dict], role: str, prefix: str, template_kwargs: dict) -> None:
+    """Fail when the prefix holds no `role` header: a template that writes the role after the content (or not at all)
+    cuts at the sentinel before any header, so the prefix is the same whatever role opens the new turn.
+
+    Checked once per template, role and arguments (it is a property of the template, and `role_prefix` runs per row).
+    """
+    key = (getattr(tokenizer, "chat_template", None), role, repr(sorted(template_kwargs.items())))
+    if key in _HEADERS_CHECKED:
+        return
+    other = "assistant" if role != "assistant" else "user"
+    try:
+        other_prefix = _cut_at_sentinel(tokenizer, messages, other, _SENTINELS[0], **template_kwargs)
+    except ChatTemplateError:  # templates that insist on alternating roles refuse the other role here: fine
+        other_prefix = None
+    if other_prefix == prefix:
+        raise ChatTemplateError(
+            f"the chat template of {_name(tokenizer)!r} writes no {role} header before the content of a {role} "
+            f"message (a new {role} turn and a new {other} turn render the same prefix {prefix[-60:]!r}); fic needs "
+            "a template that opens each turn with its role, so use another tokenizer or set `tokenizer.chat_template`"
+        )
+    _HEADERS_CHECKED.add(key)
 
 
 def _leading_tag(text: str) -> str | None:

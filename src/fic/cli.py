@@ -26,13 +26,26 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     ),
     "eval-checkpoints": ("fic.eval.checkpoints", "add_arguments", "run", "evaluate every checkpoint of a run"),
     "review": ("fic.eval.review.server", "add_arguments", "run", "blind manual-review web app for judge validation"),
+    "sources": ("fic.data.sources", "add_arguments", "run", "dataset names, their hub copies and local schemas"),
 }  # fmt: skip
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
-    return "usage: fic COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + "\n\n`fic COMMAND -h` for options."
+    return (
+        "usage: fic COMMAND [options] | fic --version\n\ncommands:\n" + "\n".join(lines)
+        + "\n\n`fic COMMAND -h` for options; `python train.py recipe=NAME --help-keys` for a recipe's keys."
+    )  # fmt: skip
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fic")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,21 +53,27 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"fic {_version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, add_name, run_name, help_text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"fic {name}", description=help_text)
+    from fic.cli_args import HelpFormatter, check_arguments
+
+    parser = argparse.ArgumentParser(prog=f"fic {name}", description=help_text, formatter_class=HelpFormatter)
     getattr(module, add_name)(parser)
     args = parser.parse_args(rest)
+    check_arguments(parser, args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from fic.errors import USER_ERRORS
+    from fic.errors import FicError
 
     try:
         return int(getattr(module, run_name)(args) or 0)
-    except USER_ERRORS as err:
+    except FicError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

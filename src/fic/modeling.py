@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig
 
+from fic.errors import FicError
+
 logger = logging.getLogger(__name__)
 
 
@@ -31,7 +33,7 @@ class ModelArguments(ModelConfig):
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(FicError, RuntimeError):
     """A model or tokenizer could not be loaded; the message names it and the fix."""
 
 

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fic.errors import FicError
+
 RESERVED_KEYS = ("method", "description", "train_on_test")  # train_on_test: see fic.data.splits
 
 
-class RecipeError(ValueError):
+class RecipeError(FicError, ValueError):
     """A recipe or an override is wrong; the message says which key, which value, and what would be valid."""
 
 
@@ -201,7 +203,9 @@ def _build(cls: type, values: dict, prefix: str = "") -> Any:
         try:
             kwargs[key] = coerce(value, fields[key])
         except (TypeError, ValueError, KeyError):
-            raise RecipeError(f"{prefix}{key}: invalid value {value!r} (expected {_type_name(fields[key])})") from None
+            raise RecipeError(
+                f"{prefix}{key}: invalid value {value!r} (expected {_describe_type(fields[key])})"
+            ) from None
     try:
         return cls(**kwargs)
     except TypeError as err:  # a required field is missing
@@ -256,3 +260,80 @@ def valid_keys(flat: list[type], nested: dict[str, type] | None = None) -> list[
     for block, cls in (nested or {}).items():
         keys |= {f"{block}.{k}" for k in _fields(cls)}
     return sorted(keys)
+
+
+def _owner(cls: type, name: str) -> type:
+    """The most derived class in `cls`'s MRO that declares field `name` (where its default comes from)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__.get("__annotations__", {}):
+            return klass
+    return cls
+
+
+def _docstring_help(cls: type, name: str) -> str:
+    """The first line of `name`'s entry in the HF-style `Args:` section of `cls`'s docstring (or of a base class)."""
+    import re
+
+    for klass in cls.__mro__:
+        match = re.search(rf"^\s+{re.escape(name)} \(.*?\):\s*\n\s+(.+)$", klass.__doc__ or "", re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return ""
+
+
+def _describe_type(tp: Any) -> str:
+    """A type for people: `Literal` and `Enum` choices spelt out, `typing.` dropped."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "one of " + " | ".join(map(str, args))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("None" if a is type(None) else _describe_type(a) for a in args)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + " | ".join(str(m.value) for m in tp)
+    return _type_name(tp)
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default.value if isinstance(f.default, enum.Enum) else f.default
+        return repr(value)
+    if f.default_factory is not dataclasses.MISSING:
+        try:
+            return repr(f.default_factory())
+        except Exception:  # a factory that needs a runtime (devices, files)
+            return "(computed)"
+    return "(required)"
+
+
+def describe_keys(flat: list[type], nested: dict[str, type] | None = None, width: int = 119) -> str:
+    """Every key a recipe accepts, grouped by the class that owns it, with type, default and one line of help.
+
+    fic's own keys (fields declared by a `fic` class, and the `nested` blocks such as `eval.*`) come first, then the
+    keys of the libraries the configs subclass (TRL, transformers), each group under its class name. This is what
+    `python train.py recipe=NAME --help-keys` prints.
+    """
+    groups: dict[type, list[tuple[str, dataclasses.Field, Any, type]]] = {}
+    seen: set[str] = set()
+    for cls in flat:
+        hints = _fields(cls)
+        for f in dataclasses.fields(cls):
+            if not f.init or f.name in seen:
+                continue
+            seen.add(f.name)
+            groups.setdefault(_owner(cls, f.name), []).append((f.name, f, hints.get(f.name, f.type), cls))
+    blocks = [(f"{block}.", cls, [(f.name, f, _fields(cls).get(f.name, f.type), cls) for f in dataclasses.fields(cls)
+                                   if f.init]) for block, cls in (nested or {}).items()]  # fmt: skip
+    is_fic = lambda klass: klass.__module__.split(".")[0] == "fic"  # noqa: E731
+    ordered = [("", k, v) for k, v in groups.items() if is_fic(k)] + blocks
+    ordered += [("", k, v) for k, v in groups.items() if not is_fic(k)]
+    lines = []
+    for prefix, klass, entries in ordered:
+        where = klass.__module__.split(".")[0]
+        title = f"{prefix}* ({klass.__name__})" if prefix else f"{klass.__name__} ({where})"
+        lines.append(f"\n{title}")
+        for name, f, tp, cls in entries:
+            help_text = (f.metadata.get("help") or _docstring_help(cls, name) or "").strip().splitlines()
+            head = f"  {prefix}{name}: {_describe_type(tp)} = {_default_text(f)}"
+            text = help_text[0] if help_text else ""
+            lines.append(head if not text else f"{head}\n      {text[: width - 6]}")
+    return "\n".join(lines).lstrip("\n")

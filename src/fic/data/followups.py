@@ -6,10 +6,11 @@ Two kinds of rows, both `{"id", "source", "origin", "messages", ...}` and readab
   them, multi-turn HealthBench prompts, any `conversations` JSONL. A conversation is kept when at least one user turn
   follows an assistant turn (what collaboration SFT trains on); the others are counted as skipped.
 - `sampled` / `template` (rejection sampling): each context is a dataset item plus an answer (`data`: the data's
-  reference; `model`: the model's own greedy answer). For each, `n` candidate user turns are written, by any generation backend from
-  the bare user header (`sampled`), or offline from follow-up templates filled with a number or a term of the
-  answer (`template`, for CPU runs and tests). The judge labels every candidate; up to `keep` genuine ones per
-  context become rows `[context..., user: follow-up]`. Counts per label are logged and written next to the output.
+  reference; `model`: the model's own greedy answer). For each, `--samples` candidate user turns are written, by
+  any generation backend from the bare user header (`sampled`), or offline from follow-up templates filled with a
+  number or a term of the answer (`template`, for CPU runs and tests). The judge labels every candidate; up to
+  `--keep` genuine ones per context become rows `[context..., user: follow-up]`. Counts per label are logged and
+  written to `summary.json` beside `followups.jsonl` in the `--out` folder.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .records import DataError, Record
 logger = logging.getLogger(__name__)
 
 ANSWERS = ("data", "model")  # as the probe's `responses`
+OUT_FILE = "followups.jsonl"  # in the --out folder, beside summary.json
 CANDIDATES = ("templates", "model")
 
 # Follow-up templates: {x} is a number of the answer, {w} a term of the answer (absent from the question).
@@ -259,39 +261,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="dataset of real multi-turn conversations to keep as they are (mt_bench, healthbench, conversations)",
     )
-    parser.add_argument("--limit", type=int, default=None, help="items per dataset")
-    parser.add_argument(
-        "--answers",
-        choices=ANSWERS,
-        default="data",
-        help="the answer in each context: the data's (reference) or the model's greedy answer",
-    )
+    from fic import cli_args
+
+    cli_args.add_limit_argument(parser, None, help="items per dataset (default: all)")
+    cli_args.add_responses_argument(parser, "data")
     parser.add_argument(
         "--candidates",
         choices=CANDIDATES,
         default="model",
         help="who writes candidate user turns: the model (sampled) or offline templates",
     )
-    parser.add_argument("--model", help="model (hub id, local path, tiny:FAMILY) for answers and candidates")
-    parser.add_argument("--tokenizer", help="tokenizer, if not the model's (needed with --backend openai)")
-    parser.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers")
-    parser.add_argument("--base-url", help="OpenAI-compatible completions endpoint for --backend openai")
-    parser.add_argument("--n", type=int, default=4, help="candidates per context")
-    parser.add_argument("--keep", type=int, default=1, help="genuine follow-ups kept per context")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="budget of a candidate user turn")
-    parser.add_argument("--answer-tokens", type=int, default=512, help="budget of a model answer")
-    parser.add_argument("--judge", choices=("heuristic", "learned", "llm", "cascade"), default="heuristic")
-    parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the LLM judge")
-    parser.add_argument("--judge-model", help="model name of the LLM judge")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="output JSONL (an SFT set: conversations:OUT)")
+    cli_args.add_model_arguments(parser, required=False, help=f"{cli_args.MODEL_HELP}; writes model answers "
+                                 "(--responses model) and candidates (--candidates model)")  # fmt: skip
+    cli_args.add_samples_argument(parser, 4, help="candidate user turns per context", aliases=("--n",))
+    parser.add_argument("--keep", type=cli_args.positive_int, default=1, help="genuine follow-ups kept per context")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the candidates")
+    cli_args.add_token_arguments(parser, 96, 512, turn="tokens per candidate user turn")
+    cli_args.add_judge_arguments(parser)
+    cli_args.add_seed_argument(parser)
+    cli_args.add_out_argument(parser, help=f"output folder: {OUT_FILE} (an SFT set: conversations:DIR/{OUT_FILE}) "
+                              "and summary.json")  # fmt: skip
 
 
 def _model_pieces(args):
     """(backend, tokenizer) for the model arguments, or (None, None) when no model is needed."""
-    needs_model = bool(args.contexts) and (args.answers == "model" or args.candidates == "model")
+    needs_model = bool(args.contexts) and (args.responses == "model" or args.candidates == "model")
     if not needs_model:
         return None, None
     if not args.model:
@@ -301,18 +296,21 @@ def _model_pieces(args):
 
     model = resolve_model_name(args.model)
     tokenizer = load_tokenizer(resolve_model_name(args.tokenizer) if args.tokenizer else model)
-    kwargs = {"base_url": args.base_url} if args.backend == "openai" else {}
-    if args.backend == "transformers":
+    from fic.cli_args import backend_name
+
+    name = backend_name(args)
+    kwargs = {"base_url": args.base_url} if name == "openai" else {}
+    if name == "transformers":
         kwargs["tokenizer"] = tokenizer
-    return get_backend(args.backend, model=model, **kwargs), tokenizer
+    return get_backend(name, model=model, **kwargs), tokenizer
 
 
 def build(args) -> tuple[list[dict], dict]:
     """The SFT rows and the summary for parsed `fic build-followups` arguments."""
     if not args.contexts and not args.real:
         raise DataError("nothing to build: pass --contexts SPEC (sampled follow-ups) and/or --real SPEC")
-    if args.n < 1 or args.keep < 1:
-        raise DataError(f"--n {args.n} / --keep {args.keep}: both must be at least 1")
+    if args.samples < 1 or args.keep < 1:
+        raise DataError(f"--samples {args.samples} / --keep {args.keep}: both must be at least 1")
     backend, tokenizer = _model_pieces(args)
     rows, summary = [], {}
     if args.real:
@@ -320,23 +318,24 @@ def build(args) -> tuple[list[dict], dict]:
         rows += real
         summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
     if args.contexts:
-        from fic.judges import make_judge
+        from fic.judges import is_genuine, make_judge
+        from fic.metrics import genuine_rate
 
-        contexts = contexts_from_records(load_records(args.contexts, args.limit), args.answers, backend, tokenizer,
-                                         args.answer_tokens)  # fmt: skip
+        contexts = contexts_from_records(load_records(args.contexts, args.limit), args.responses, backend,
+                                         tokenizer, args.response_tokens)  # fmt: skip
         if args.candidates == "templates":
-            candidates = [template_followups(c["messages"], args.n, args.seed) for c in contexts]
+            candidates = [template_followups(c["messages"], args.samples, args.seed) for c in contexts]
         else:
-            candidates = sample_candidates(backend, tokenizer, contexts, args.n, args.temperature,
+            candidates = sample_candidates(backend, tokenizer, contexts, args.samples, args.temperature,
                                            args.max_new_tokens, args.top_p, args.seed)  # fmt: skip
         judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
         origin = "template" if args.candidates == "templates" else "sampled"
         sampled, counts = rejection_sample(contexts, candidates, judge, args.keep, origin)
         rows += sampled
-        total = sum(counts.values())
         summary["sampled"] = {
-            "contexts": len(contexts), "candidates": total, "kept": len(sampled), "labels": dict(counts),
-            "genuine_rate": counts.get("genuine_followup", 0) / total if total else 0.0, "judge": judge.name,
+            "contexts": len(contexts), "candidates": sum(counts.values()), "kept": len(sampled),
+            "labels": dict(counts), "genuine_rate": genuine_rate(map(is_genuine, counts.elements())),
+            "judge": judge.name,
         }  # fmt: skip
     summary["rows"] = len(rows)
     return rows, summary
@@ -344,12 +343,13 @@ def build(args) -> tuple[list[dict], dict]:
 
 def run(args: argparse.Namespace) -> int:
     rows, summary = build(args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / OUT_FILE
     with out.open("w") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    summary_path = out.with_name(out.stem + ".summary.json")
+    summary_path = out_dir / "summary.json"
     summary_path.write_text(json.dumps(summary, indent=2))
     logger.info("wrote %d conversations to %s (summary: %s)", len(rows), out, summary_path)
     print(json.dumps(summary, indent=2))

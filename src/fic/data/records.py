@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fic.errors import FicError
+
 ROLES = ("system", "user", "assistant")
 
 
-class DataError(ValueError):
+class DataError(FicError, ValueError):
     """A dataset could not be loaded or one of its rows is malformed.
 
     The message always says where (file and row, or hub id) and, for row problems, which field is wrong and what was

@@ -26,6 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fic.errors import FicError
+
 logger = logging.getLogger(__name__)
 
 NUMBER_WORDS = (
@@ -41,7 +43,7 @@ _QUESTION_START = re.compile(
 )
 
 
-class ShardingError(ValueError):
+class ShardingError(FicError, ValueError):
     """An instruction could not be sharded so that every piece of information lands in exactly one shard."""
 
 

@@ -131,23 +131,42 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
         ```
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"dataset spec must be a non-empty string 'NAME' or 'NAME:PATH', got {spec!r}")
+        raise DataError(f"dataset spec must be a non-empty string 'NAME' or 'NAME:PATH', got {spec!r}")
     name, sep, path = spec.strip().partition(":")
     name = name.strip().lower()
     if not name:
-        raise ValueError(f"dataset spec {spec!r} has no source name before ':'; expected 'NAME:PATH'")
+        raise DataError(f"dataset spec {spec!r} has no source name before ':'; expected 'NAME:PATH'")
     if sep and not path.strip():
-        raise ValueError(f"dataset spec {spec!r} has nothing after ':'; give a file path, or drop ':' to use the hub")
+        raise DataError(f"dataset spec {spec!r} has nothing after ':'; give a file path, or drop ':' to use the hub")
     return name, (path.strip() if sep else None)
 
 
 def get_source(name: str) -> Source:
-    """The registered source called `name`; an unknown name raises `ValueError` with the valid names."""
+    """The registered source called `name`; an unknown name raises `DataError` (a `ValueError`) with the valid names."""
     if name in SOURCES:
         return SOURCES[name]
     close = difflib.get_close_matches(name, SOURCES, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown dataset source {name!r}.{hint} Valid sources: {', '.join(sorted(SOURCES))}")
+    raise DataError(
+        f"unknown dataset source {name!r}.{hint} Valid sources: {', '.join(sorted(SOURCES))} (`fic sources` lists them)"
+    )
+
+
+def check_specs(field: str, specs) -> None:
+    """Cheap checks of dataset specs before anything loads: known names, well-formed specs, local files that exist.
+
+    Raises `DataError` naming `field` (a recipe key or a flag), the spec and the fix. Hub copies are not contacted.
+    """
+    from .splits import split_spec
+
+    for spec in specs or []:
+        try:
+            name, path = parse_spec(split_spec(spec)[0])
+            get_source(name)
+        except DataError as err:
+            raise DataError(f"{field}: {err}") from None
+        if path is not None and not Path(path).is_file():
+            raise DataError(f"{field}: {spec!r}: local file {path!r} does not exist; check the path after '{name}:'")
 
 
 def load_source(spec: str, limit: int | None = None, split: str | None = None) -> list[Record]:
@@ -175,7 +194,7 @@ def load_source(spec: str, limit: int | None = None, split: str | None = None) -
         ```
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+        raise DataError(f"limit must be a non-negative int or None, got {limit!r}")
     from .splits import split_spec
 
     spec, named_split = split_spec(spec)  # NAME@SPLIT names the hub split; it wins over `split`
@@ -217,3 +236,37 @@ def load_source(spec: str, limit: int | None = None, split: str | None = None) -
         records.append(record)
     logger.info("loaded %d records from %s", len(records), spec)
     return records
+
+
+def source_table() -> list[dict]:
+    """One row per registered source: name, hub copy, local file formats and schema (the normaliser's first line)."""
+    rows = []
+    for source in SOURCES.values():
+        hub = source.hub_id or f"none ({source.no_hub_hint})"
+        if source.hub_id and (source.hub_config or source.hub_file):
+            hub += f" [{source.hub_config or source.hub_file}]"
+        if source.hub_id and not source.hub_file and not source.hub_id.startswith("http"):
+            hub += f" split {source.hub_split}"
+        schema = (source.normalize.__doc__ or "").strip().splitlines()
+        rows.append({"name": source.name, "description": source.description, "hub": hub,
+                     "formats": list(source.formats), "schema": schema[0] if schema else ""})  # fmt: skip
+    return rows
+
+
+def add_arguments(parser) -> None:
+    """`fic sources`: the dataset names a spec (`NAME`, `NAME@SPLIT`, `NAME:PATH`) can use."""
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+
+
+def run(args) -> int:
+    rows = source_table()
+    if args.json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+        return 0
+    print("Name a dataset as NAME (its hub copy), NAME@SPLIT (one split of it) or NAME:PATH (a local file).\n")
+    for row in rows:
+        print(f"{row['name']}: {row['description']}\n  hub:   {row['hub']}\n"
+              f"  local: {', '.join(row['formats'])}; {row['schema']}")  # fmt: skip
+    return 0

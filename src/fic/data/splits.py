@@ -27,7 +27,7 @@ def split_spec(spec: str) -> tuple[str, str | None]:
         return spec, None
     name, _, split = spec.partition("@")
     if not split.strip():
-        raise ValueError(f"dataset spec {spec!r}: nothing after '@'; name a split (e.g. {name}@train)")
+        raise DataError(f"dataset spec {spec!r}: nothing after '@'; name a split (e.g. {name}@train)")
     return name, split.strip()
 
 

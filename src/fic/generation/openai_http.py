@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 from tqdm.auto import tqdm
 
+from fic.errors import FicError
 from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 _EXCERPT = 300
 
 
-class OpenAIHTTPError(RuntimeError):
+class OpenAIHTTPError(FicError, RuntimeError):
     """A request that failed for good: a non-retryable status, or retries exhausted (`status` None for no reply)."""
 
     def __init__(self, message: str, status: int | None = None, body: str = ""):

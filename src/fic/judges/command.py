@@ -1,10 +1,11 @@
 """The `fic judge` and `fic judge-agreement` commands.
 
-    fic judge IN.jsonl --judge heuristic|llm|cascade [--base-url URL --model NAME] -o OUT.jsonl
+    fic judge IN.jsonl --judge heuristic|llm|cascade [--judge-base-url URL --judge-model NAME] --out DIR
     fic judge-agreement A.jsonl B.jsonl
 
 `fic judge` reads lines `{"messages": [... ending with the assistant turn ...], "user_turn": "...", ...}`, keeps
-every field, and adds `label`, `genuine`, `confidence`, `rationale` and `judge`. A malformed line stops the run
+every field, adds `label`, `genuine`, `confidence`, `rationale` and `judge`, and writes `DIR/judgements.jsonl`.
+A malformed line stops the run
 with its line number, or is skipped and counted with `--skip-bad`.
 """
 
@@ -20,6 +21,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fic.errors import FicError
+from fic.metrics import genuine_rate
+
 from .base import Case
 from .labels import JUDGE_ERROR, LABELS
 
@@ -27,9 +31,10 @@ logger = logging.getLogger(__name__)
 
 JUDGE_CHOICES = ("heuristic", "learned", "llm", "cascade")
 OUTPUT_FIELDS = ("label", "genuine", "confidence", "rationale", "judge")
+JUDGED_FILE = "judgements.jsonl"  # in the --out folder
 
 
-class JudgeInputError(ValueError):
+class JudgeInputError(FicError, ValueError):
     """A judgement input line that cannot be read; the message names the file, the line and the fix."""
 
 
@@ -37,25 +42,23 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "input", type=Path, help="JSONL with `messages` (ending with the assistant turn) and `user_turn`."
     )
-    parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the judged JSONL.")
+    from fic import cli_args
+
+    cli_args.add_out_argument(parser, help=f"output folder; the judged rows go to DIR/{JUDGED_FILE}")
+    cli_args.add_judge_arguments(parser)
+    parser.add_argument("--base-url", dest="judge_base_url", help=argparse.SUPPRESS)  # old spellings
+    parser.add_argument("--model", dest="judge_model", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight.")
+    parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply.")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request attempt.")
     parser.add_argument(
-        "--judge", choices=JUDGE_CHOICES, default="heuristic", help="which judge (default: heuristic)."
-    )
-    parser.add_argument(
-        "--base-url", help="OpenAI-compatible API root for llm/cascade, e.g. http://localhost:8000/v1."
-    )
-    parser.add_argument("--model", help="judge model name for llm/cascade.")
-    parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight (default 8).")
-    parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply (default 2).")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request attempt (default 60).")
-    parser.add_argument(
-        "--max-retries", type=int, default=5, help="retries of a failed LLM request: 429, 5xx, timeouts (default 5)."
+        "--max-retries", type=int, default=5, help="retries of a failed LLM request: 429, 5xx, timeouts."
     )
     parser.add_argument("--cache", type=Path, help="JSONL cache of LLM verdicts (by content hash); off by default.")
     parser.add_argument(
         "--threshold", type=float, default=0.85, help="cascade: heuristic confidence from which its verdict stands."
     )
-    parser.add_argument("--batch-size", type=int, default=256, help="cases judged per batch (default 256).")
+    parser.add_argument("--batch-size", type=int, default=256, help="cases judged per batch.")
     parser.add_argument(
         "--skip-bad", action="store_true", help="skip malformed input lines (counted) instead of failing."
     )
@@ -106,15 +109,16 @@ def build_judge(args: argparse.Namespace):
     from . import make_judge
 
     if args.judge in ("llm", "cascade"):
-        missing = [opt for opt, value in (("--base-url", args.base_url), ("--model", args.model)) if not value]
+        missing = [opt for opt, value in (("--judge-base-url", args.judge_base_url),
+                                          ("--judge-model", args.judge_model)) if not value]  # fmt: skip
         if missing:
             raise ValueError(
                 f"--judge {args.judge} needs {' and '.join(missing)} (an OpenAI-compatible chat endpoint)."
             )
     return make_judge(
         args.judge,
-        base_url=args.base_url,
-        model=args.model,
+        base_url=args.judge_base_url,
+        model=args.judge_model,
         threshold=args.threshold,
         concurrency=args.concurrency,
         max_reasks=args.max_reasks,
@@ -128,8 +132,9 @@ def run_judge(args: argparse.Namespace) -> int:
     try:
         if args.batch_size < 1:
             raise ValueError(f"--batch-size={args.batch_size} must be >= 1.")
-        if args.output.resolve() == args.input.resolve():
-            raise ValueError(f"-o {args.output} would overwrite the input; write the judgements to another file.")
+        output = Path(args.out) / JUDGED_FILE
+        if output.resolve() == args.input.resolve():
+            raise ValueError(f"--out {args.out} would overwrite the input {output}; write to another folder.")
         judge = build_judge(args)
         rows, cases, skipped = read_cases(args.input, args.skip_bad)
     except ValueError as err:
@@ -140,8 +145,9 @@ def run_judge(args: argparse.Namespace) -> int:
 
     streams = "progress" in inspect.signature(judge.judge).parameters
     counts: Counter = Counter()
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    with args.output.open("w", encoding="utf-8") as out, tqdm(total=len(cases), desc=f"judge ({judge.name})") as bar:
+    decisions: list[bool | None] = []
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", encoding="utf-8") as out, tqdm(total=len(cases), desc=f"judge ({judge.name})") as bar:
         for start in range(0, len(cases), args.batch_size):
             batch = cases[start : start + args.batch_size]
             if streams:  # the LLM judge reports each finished case itself
@@ -155,19 +161,20 @@ def run_judge(args: argparse.Namespace) -> int:
                     record["judge_details"] = verdict.extra
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 counts[verdict.label] += 1
+                decisions.append(verdict.genuine)
 
     judged = sum(counts.values())
-    decided = judged - counts[JUDGE_ERROR]
-    genuine = counts["genuine_followup"]
+    rate = genuine_rate(decisions)
     print(
-        f"judged {judged} case(s) with {judge.name} -> {args.output}"
+        f"judged {judged} case(s) with {judge.name} -> {output}"
         + (f" ({skipped} bad line(s) skipped)" if skipped else "")
     )
     for label in LABELS:
         print(f"  {label:24s} {counts[label]:6d}")
     print(f"  {JUDGE_ERROR:24s} {counts[JUDGE_ERROR]:6d}  (excluded from rates)")
-    if decided:
-        print(f"genuine follow-up rate: {genuine / decided:.3f} ({genuine}/{decided} decided)")
+    if rate["n"]:
+        print(f"genuine follow-up rate: {rate['rate']:.3f} [95% CI {rate['low']:.3f}-{rate['high']:.3f}] "
+              f"({counts['genuine_followup']}/{rate['n']} decided)")  # fmt: skip
     return 0
 
 

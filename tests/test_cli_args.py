@@ -1,0 +1,105 @@
+"""One CLI vocabulary: shared flags, defaults from `EvalConfig` shown in `-h`, old spellings still parsed, `--version`,
+`fic sources`, and `train.py --help-keys` grouped by owner."""
+
+import argparse
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from fic import cli
+from fic.cli_args import HelpFormatter
+from fic.eval.config import EvalConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    module, add, _, help_text = cli.COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"fic {name}", description=help_text, formatter_class=HelpFormatter)
+    getattr(importlib.import_module(module), add)(parser)
+    return parser
+
+
+def test_probe_defaults_are_the_callbacks():
+    """`fic probe` and the checkpoint callback measure a checkpoint with the same settings."""
+    args = parser_for("probe").parse_args(["--model", "m", "--datasets", "gsm8k", "--out", "o"])
+    config = EvalConfig()
+    assert args.response_tokens == config.response_tokens
+    assert (args.samples, args.limit, args.max_new_tokens, args.seed) == (
+        config.samples, config.limit, config.max_new_tokens, config.seed)  # fmt: skip
+    assert [float(t) for t in args.temperatures.split(",")] == config.temperatures
+    assert (args.judge, args.responses) == (config.judge, config.responses)
+    lic = parser_for("lic").parse_args(["--model", "m", "--out", "o"])
+    assert (lic.limit, lic.runs, lic.max_new_tokens) == (config.lic_limit, config.lic_runs, config.lic_max_new_tokens)
+
+
+def test_help_shows_defaults_and_hides_old_spellings():
+    text = parser_for("probe").format_help()
+    assert f"(default: {EvalConfig().response_tokens})" in text and "--judge-base-url" in text
+    followups = parser_for("build-followups").format_help()
+    assert "--samples" in followups and "--n " not in followups and "--answers" not in followups
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "dest", "value"),
+    [
+        ("build-followups", ["--n", "3", "--out", "o"], "samples", 3),
+        ("build-followups", ["--answers", "model", "--out", "o"], "responses", "model"),
+        ("build-followups", ["--answer-tokens", "9", "--out", "o"], "response_tokens", 9),
+        ("regret", ["--scenario", "products", "--policy", "reference", "--seed", "0", "--episodes", "7",
+                    "--out", "o"], "limit", 7),
+        ("regret", ["--scenario", "products", "--policy", "reference", "--seed", "0", "--user", "rule",
+                    "--out", "o"], "user", "rules"),
+        ("bag", ["--model", "m", "--seed", "0", "--items", "5", "--out", "o"], "limit", 5),
+        ("lic", ["--model", "m", "--user", "rule", "--out", "o"], "user", "rules"),
+        ("judge", ["in.jsonl", "--base-url", "http://x/v1", "--model", "j", "--out", "o"], "judge_model", "j"),
+    ],
+)  # fmt: skip
+def test_old_spellings_still_parse(command, argv, dest, value):
+    assert getattr(parser_for(command).parse_args(argv), dest) == value
+
+
+def test_same_idea_same_flag():
+    """The shared flags exist, under one name, on every command that has the idea."""
+    for name in ("probe", "lic", "bag", "build-followups"):
+        options = parser_for(name)._option_string_actions
+        assert {"--model", "--backend", "--base-url", "--out", "--limit", "--max-new-tokens", "--seed"} <= set(options)
+    for name in ("probe", "build-followups", "judge", "eval-checkpoints"):
+        assert {"--judge", "--judge-base-url", "--judge-model"} <= set(parser_for(name)._option_string_actions)
+    for name in ("probe", "build-followups"):
+        assert {"--samples", "--responses", "--response-tokens"} <= set(parser_for(name)._option_string_actions)
+
+
+def test_version_and_sources(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("fic ")
+    assert cli.main(["sources", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["gsm8k"]["hub"].startswith("openai/gsm8k") and "question" in rows["gsm8k"]["schema"]
+    assert rows["conversations"]["hub"].startswith("none") and "messages" in rows["conversations"]["schema"]
+
+
+def test_judge_out_is_a_folder(tmp_path):
+    src = tmp_path / "in.jsonl"
+    context = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5."}]
+    src.write_text(json.dumps({"messages": context, "user_turn": "Why add them?"}) + "\n")
+    assert cli.main(["judge", str(src), "--out", str(tmp_path / "j")]) == 0
+    assert (tmp_path / "j" / "judgements.jsonl").is_file()
+
+
+def test_help_keys_groups_by_owner_fic_first(capsys):
+    spec = importlib.util.spec_from_file_location("fic_train_entry", ROOT / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    with pytest.raises(SystemExit) as stop:
+        train.main(["recipe=followup_rl_tiny", "--help-keys"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    titles = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    assert titles[0].startswith("FollowupRLConfig (fic)")
+    assert titles.index("eval.* (EvalConfig)") < titles.index("GRPOConfig (trl)")
+    assert "  contexts: list[str] = []" in text and "  eval.judge: one of heuristic | learned | llm | cascade" in text
+    assert "  learning_rate: float = " in text

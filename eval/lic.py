@@ -9,6 +9,9 @@ The rule-based user reveals each shard verbatim; `--user llm` rephrases it throu
 endpoint, as the paper's simulator does. Episodes are generated in fixed chunks of tasks, so sampling seeds do not
 depend on what a previous, interrupted run finished: a rerun with the same `--out` skips finished chunks, redoes a
 partial one, and ends with exactly the episodes of an uninterrupted run.
+
+`evaluate_views` is the same episodes as one greedy measurement of a model on synthetic tasks (P_full per phrasing,
+P_concat, P_sharded and per-turn accuracy), what the VASD recipe reports before and after training.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -111,9 +114,15 @@ class LLMUser(ChatModelUser):
         return self.say(self.PROMPT.format(shard=task.shards[turn]))
 
 
-def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_tokens, seed, user) -> list[dict]:
-    """Play one chunk of episodes of `mode` in lockstep (one batched generation per turn); return their rows."""
+def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_tokens, seed, user, play_to_end=False,
+                 keep_special_tokens=True) -> list[dict]:  # fmt: skip
+    """Play one chunk of episodes of `mode` in lockstep (one batched generation per turn); return their rows.
+
+    A sharded episode stops at its first correct answer, or, with `play_to_end`, goes on to the last shard (the same
+    score, and a reply at every turn for per-turn accuracy).
+    """
     stop = turn_end_strings(tokenizer, "assistant")
+    generate_kwargs = {} if keep_special_tokens else {"keep_special_tokens": False}
     params = SamplingParams(n=1, temperature=temperature, max_new_tokens=max_new_tokens, stop=stop, seed=seed)
     rows = [
         {"task_id": t.id, "mode": mode, "run": run, "turns": [], "correct": False, "messages": t.opening(mode)}
@@ -123,7 +132,7 @@ def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_toke
     active = list(range(len(tasks)))
     for turn in range(n_turns):
         if turn > 0:
-            active = [i for i in active if turn < len(tasks[i].shards) and not rows[i]["correct"]]
+            active = [i for i in active if turn < len(tasks[i].shards) and (play_to_end or not rows[i]["correct"])]
             for i in active:
                 reveal = user.reveal(tasks[i], turn, rows[i]["messages"])
                 rows[i]["messages"].append({"role": "user", "content": reveal})
@@ -131,7 +140,7 @@ def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_toke
             break
         prompts = [render(tokenizer, rows[i]["messages"], add_generation_prompt=True) for i in active]
         params.seed = seed * 1000 + turn
-        outputs = backend.generate(prompts, params)
+        outputs = backend.generate(prompts, params, **generate_kwargs)
         for i, out in zip(active, outputs):
             reply = out[0].strip()
             correct = tasks[i].check(reply)
@@ -141,6 +150,65 @@ def run_episodes(backend, tokenizer, tasks, mode, run, temperature, max_new_toke
     for row in rows:
         row["n_turns"] = len(row["turns"])
     return rows
+
+
+@dataclass
+class ViewScores:
+    """Greedy scores of one model on tasks: P per view, per-turn accuracy, and the sharded transcripts."""
+
+    p_full: float
+    p_concat: float
+    p_sharded: float
+    p_phrasings: list[float]
+    sharded_turn_accuracy: list[float]
+    sharded_final_turn: float
+    sharded_turns: list[list[str]] = field(repr=False, default_factory=list)
+
+    def summary(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "sharded_turns"}
+
+
+def evaluate_views(
+    model, tokenizer, tasks, batch_size: int = 256, backend=None, max_new_tokens: int = 8
+) -> ViewScores:
+    """P_full, P_concat and P_sharded of `model` on synthetic tasks (`fic.data.synthetic`) with greedy decoding.
+
+    The episodes of `run_episodes`, all tasks in one chunk: FULL once per phrasing (P_full is the canonical one),
+    CONCAT, and SHARDED played to the last shard with the rule user, so every turn has a reply (per-turn accuracy);
+    an episode is correct when any answer attempt is, as in `run_lic`. Replies are decoded without special tokens.
+    `backend` (a `fic.generation` backend) replaces the transformers backend built from `model`.
+    """
+    if backend is None:
+        from fic.generation import HFBackend
+
+        backend = HFBackend(model, tokenizer, batch_size=batch_size)
+    n = max(len(tasks), 1)
+
+    def play(lic_tasks, mode, play_to_end=False):
+        return run_episodes(backend, tokenizer, lic_tasks, mode, 0, 0.0, max_new_tokens, 0, RuleUser(),
+                            play_to_end=play_to_end, keep_special_tokens=False)  # fmt: skip
+
+    def as_lic(task, prompt):
+        return LiCTask(task.id, prompt, list(task.shards), task.check)
+
+    phrasings = []
+    for k in range(len(tasks[0].phrasings) if tasks else 0):
+        rows = play([as_lic(t, t.phrasings[k]) for t in tasks], "full")
+        phrasings.append(sum(r["correct"] for r in rows) / n)
+    concat = play([as_lic(t, t.full_prompt) for t in tasks], "concat") if tasks else []
+    sharded = play([as_lic(t, t.full_prompt) for t in tasks], "sharded", play_to_end=True) if tasks else []
+    turns = [[turn["reply"] for turn in r["turns"]] for r in sharded]
+    n_turns = len(sharded[0]["turns"]) if sharded else 0
+    per_turn = [sum(r["turns"][k]["correct"] for r in sharded) / n for k in range(n_turns)]
+    return ViewScores(
+        p_full=phrasings[0] if phrasings else 0.0,
+        p_concat=sum(r["correct"] for r in concat) / n,
+        p_sharded=sum(r["correct"] for r in sharded) / n,
+        p_phrasings=phrasings,
+        sharded_turn_accuracy=per_turn,
+        sharded_final_turn=per_turn[-1] if per_turn else 0.0,
+        sharded_turns=turns,
+    )
 
 
 def summarize(rows: list[dict], modes: list[str]) -> dict:

@@ -121,7 +121,7 @@ class VASDConfig(DistillationConfig):
             Build rows from this many `fic.data.synthetic` training tasks instead: the student view is the sharded
             conversation in which the current student answers the earlier shards itself, the teacher view one
             single-turn phrasing. P_full / P_concat / P_sharded are measured before and after on `synthetic_eval_tasks` test
-            tasks. With `model_name_or_path: vasd_tiny` the tiny base is trained (or read from its cache) first.
+            tasks, `fic lic` runs on the trained model and the demo's checks are made (`vasd_recipe.synthetic_run`).
         synthetic_eval_tasks (`int`, defaults to `500`):
             Test-split tasks measured before and after training.
         synthetic_task_steps (`int`, defaults to `1`):

@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+from fic.data.records import DataError
+from fic.recipe import RecipeError
 from fic.trainers.vasd import VASDConfig, VASDTrainer
 
 logger = logging.getLogger(__name__)
 
 CONFIG_CLASS = VASDConfig
-
-TINY_BASE = "vasd_tiny"
 
 
 def load_rows(path: str) -> list[dict]:
@@ -25,7 +26,7 @@ def load_rows(path: str) -> list[dict]:
 
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"train_data: {path!r} is not a file; pass a JSONL of rows with prompt and teacher_prompt")
+        raise DataError(f"train_data: {path!r} is not a file; pass a JSONL of rows with prompt and teacher_prompt")
     rows = []
     for i, line in enumerate(file.read_text().splitlines()):
         if not line.strip():
@@ -33,14 +34,14 @@ def load_rows(path: str) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"train_data: {path} line {i + 1} is not JSON ({err})") from None
+            raise DataError(f"train_data: {path} line {i + 1} is not JSON ({err})") from None
         for column in ("prompt", "teacher_prompt"):
             if column not in row:
-                raise ValueError(f"train_data: {path} line {i + 1} has no {column!r} column")
+                raise DataError(f"train_data: {path} line {i + 1} has no {column!r} column")
             validate_messages(row[column], where=f"train_data line {i + 1} {column}")
         rows.append(row)
     if not rows:
-        raise ValueError(f"train_data: {path} holds no rows")
+        raise DataError(f"train_data: {path} holds no rows")
     return rows
 
 
@@ -77,20 +78,22 @@ def dataset_rows(spec: str, limit: int | None = None, allow_test: bool = False) 
     if skipped:
         logger.warning("%s: %d items gave fewer than two shards and are skipped", spec, skipped)
     if not rows:
-        raise ValueError(f"train_data: {spec!r} gave no item with at least two shards")
+        raise DataError(f"train_data: {spec!r} gave no item with at least two shards")
     return rows
 
 
-def _lic_after(output_dir: str, settings) -> dict:
-    """`fic lic` (FULL / CONCAT / SHARDED, greedy) on the distilled tiny model, written to OUTPUT_DIR/lic/."""
-    from fic.data.synthetic import make_tasks
+def _lic_after(output_dir: str, test) -> dict:
+    """`fic lic` (FULL / CONCAT / SHARDED, greedy) on the saved model and the test tasks, written to OUTPUT_DIR/lic/."""
+    import shutil
+
     from fic.eval.lic import LiCTask, run_lic
     from fic.generation import HFBackend
 
+    lic_dir = Path(output_dir) / "lic"
+    shutil.rmtree(lic_dir, ignore_errors=True)  # episodes of an earlier run's model are no results of this one
     backend = HFBackend(output_dir, batch_size=256)
-    test = make_tasks(settings.eval_tasks, seed=settings.seed + 1, split="test", steps=settings.task_steps)
     tasks = [LiCTask(t.id, t.full_prompt, list(t.shards), t.check) for t in test]
-    summary = run_lic(backend, backend.tokenizer, tasks, f"{output_dir}/lic", max_new_tokens=8, chunk_size=256)
+    summary = run_lic(backend, backend.tokenizer, tasks, lic_dir, max_new_tokens=8, chunk_size=256, model=output_dir)
     return {k: summary[k] for k in ("p_full", "p_concat", "p_sharded", "recovery") if k in summary}
 
 
@@ -105,71 +108,129 @@ def print_views(result: dict) -> None:
     print("checks: " + ", ".join(f"{k}={'ok' if v else 'FAILED'}" for k, v in result["checks"].items()))
 
 
+def check_recipe(recipe) -> None:
+    """What `main` needs from the recipe, checked by `train.py` before any model loads."""
+    args = recipe.get(VASDConfig)
+    if not (args.train_data or args.synthetic_tasks):
+        raise RecipeError(
+            "train_data / synthetic_tasks: both empty; a vasd recipe needs train_data=PATH.jsonl (rows with prompt and "
+            "teacher_prompt), train_data=NAME:PATH (a dataset to shard) or synthetic_tasks=N"
+        )
+    from fic.trainers.common import check_recipe_data
+
+    if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
+        if not Path(args.train_data).is_file():
+            raise DataError(f"train_data: {args.train_data!r} is not a file; pass a JSONL of rows with prompt and "
+                            "teacher_prompt")  # fmt: skip
+        check_recipe_data(recipe)
+    else:
+        check_recipe_data(recipe, train_data=[args.train_data] if args.train_data else [])
+
+
+def synthetic_run(run, start: float) -> None:
+    """VASD on `synthetic_tasks` rows, measured before and after: the flow `make demo` (`recipe=fic_tiny`) shows.
+
+    The `synthetic_eval_tasks` test tasks are scored greedily (`fic.eval.lic.evaluate_views`: P_full, P_concat,
+    P_sharded) before and after training. Each training row's student view is the sharded conversation that the
+    current student plays itself, its teacher view one single-turn phrasing (`fic.data.synthetic.vasd_shard_rows`).
+    Then `fic lic` runs on the saved model (OUTPUT_DIR/lic/), the checks are made (a multi-turn gap before that
+    CONCAT does not show, recovery P_sharded(after) / P_full(before) >= 0.92, single-turn views kept), all of it goes
+    to OUTPUT_DIR/eval_summary.json and the before/after table is printed.
+    """
+    import time
+
+    import torch
+    from datasets import Dataset
+
+    from fic.data.synthetic import make_tasks, vasd_shard_rows
+    from fic.eval.lic import evaluate_views
+    from fic.modeling import resolve_model_name
+    from fic.trainers.common import default_callbacks, resume_point, write_summary
+
+    args = run.args
+    steps = args.synthetic_task_steps
+    train = make_tasks(args.synthetic_tasks, seed=args.seed + 2, split="train", steps=steps)
+    test = make_tasks(args.synthetic_eval_tasks, seed=args.seed + 1, split="test", steps=steps)
+    timings = {"load": time.time() - start}
+    threads = torch.get_num_threads()
+    if not torch.cuda.is_available():  # many tiny generation steps: one thread is faster here than two
+        torch.set_num_threads(1)
+    try:
+        t = time.time()
+        before = evaluate_views(run.model, run.tokenizer, test) if test else None
+        timings["eval_before"] = time.time() - t
+        trainer = VASDTrainer(
+            model=run.model, args=args, train_dataset=Dataset.from_list(vasd_shard_rows(train, seed=args.seed)),
+            processing_class=run.tokenizer, peft_config=run.peft_config, callbacks=default_callbacks(run),
+        )  # fmt: skip
+        t = time.time()
+        result = trainer.train(resume_from_checkpoint=resume_point(args))
+        timings["vasd"] = time.time() - t
+        trainer.save_model(args.output_dir)
+        trainer.model.eval()
+        t = time.time()
+        after = evaluate_views(trainer.model, run.tokenizer, test) if test else None
+        timings["eval_after"] = time.time() - t
+    finally:
+        torch.set_num_threads(threads)
+    name = run.model_args.model_name_or_path
+    summary = dict(method="vasd", rows=len(train), train_loss=result.training_loss, model=name,
+                   base_dir=resolve_model_name(name))  # fmt: skip
+    if before is None:
+        write_summary(args.output_dir, {}, {}, wall_s=round(time.time() - start, 1), **summary)
+        return
+    logger.info("before VASD: %s", before.summary())
+    logger.info("after VASD: %s", after.summary())
+    recovery = after.p_sharded / before.p_full if before.p_full else 0.0
+    eps = 1e-9  # scores are counts / n: compare without float noise (1.0 - 0.02 vs 196 / 200)
+    checks = {
+        "gap_before": before.p_sharded < 0.8 * before.p_full,
+        "concat_like_full_before": abs(before.p_concat - before.p_full) <= 0.05 + eps,
+        "recovery_at_least_0.92": recovery >= 0.92 - eps,
+        "full_kept": after.p_full >= before.p_full - 0.02 - eps,
+        "concat_kept": after.p_concat >= before.p_concat - 0.02 - eps,
+    }
+    lic = _lic_after(args.output_dir, test)
+    timings["total"] = time.time() - start
+    write_summary(
+        args.output_dir, before.summary(), after.summary(), recovery=recovery, checks=checks,
+        passed=all(checks.values()), timings_s=timings, wall_s=round(time.time() - start, 1), lic_after=lic, **summary,
+    )  # fmt: skip
+    print_views({"before": before.summary(), "after": after.summary(), "recovery": recovery, "checks": checks})
+
+
 def main(recipe) -> None:
     """Run a `method: vasd` recipe.
 
-    `model_name_or_path: vasd_tiny` runs the tiny end-to-end pipeline (`fic.trainers.vasd_tiny.run_tiny_vasd`): the
-    tiny base is trained or read from its cache, then VASD with this recipe's `VASDConfig`. Any other model trains on
-    `train_data` (JSONL rows) or on `synthetic_tasks` built with the model's own rollouts. Measurements before and
-    after (synthetic tasks) go to `OUTPUT_DIR/eval_summary.json`.
+    Rows come from `train_data` (JSONL rows with `prompt` and `teacher_prompt`, or a dataset spec the rule sharder
+    splits) or from `synthetic_tasks` (`synthetic_run`: measured before and after). The model is named like any
+    recipe's (`tiny:chatml:synthetic` is the demo's base, trained on the synthetic task's single-turn views).
     """
     import time
 
     from datasets import Dataset
 
-    from fic.modeling import ModelArguments
     from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
 
     start = time.time()
     args = recipe.get(VASDConfig)
-    if recipe.get(ModelArguments).model_name_or_path == TINY_BASE:
-        from fic.trainers.vasd_tiny import TinyVASDSettings, run_tiny_vasd
-
-        settings = TinyVASDSettings(
-            vasd_tasks=args.synthetic_tasks or TinyVASDSettings.vasd_tasks,
-            eval_tasks=args.synthetic_eval_tasks,
-            task_steps=args.synthetic_task_steps,
-            seed=args.seed,
-            output_dir=args.output_dir,
-        )
-        result = run_tiny_vasd(settings, vasd_args=args)
-        lic = _lic_after(args.output_dir, settings)
-        write_summary(
-            args.output_dir, result["before"], result["after"], method="vasd", recovery=result["recovery"],
-            checks=result["checks"], passed=result["passed"], timings_s=result["timings_s"], base_dir=result["base_dir"],
-            wall_s=round(time.time() - start, 1), lic_after=lic,
-        )  # fmt: skip
-        print_views(result)
-        return
-
     run = prepare(recipe, VASDConfig)
-    before = after = {}
     if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
         rows = load_rows(args.train_data)
     elif args.train_data:
         rows = dataset_rows(args.train_data, limit=args.train_limit, allow_test=bool(recipe.raw.get("train_on_test")))
     elif args.synthetic_tasks:
-        from fic.data.synthetic import make_tasks
-        from fic.trainers.vasd_tiny import evaluate_views, vasd_shard_rows
-
-        steps = args.synthetic_task_steps
-        train = make_tasks(args.synthetic_tasks, seed=args.seed + 2, split="train", steps=steps)
-        test = make_tasks(args.synthetic_eval_tasks, seed=args.seed + 1, split="test", steps=steps)
-        before = evaluate_views(run.model, run.tokenizer, test).summary() if test else {}
-        rows = vasd_shard_rows(train, seed=args.seed)
+        synthetic_run(run, start)
+        return
     else:
-        raise ValueError(
-            "train_data / synthetic_tasks: a vasd recipe needs train_data=PATH.jsonl or synthetic_tasks=N"
-        )
+        check_recipe(recipe)
     trainer = VASDTrainer(
         model=run.model, args=args, train_dataset=Dataset.from_list(rows), processing_class=run.tokenizer,
         peft_config=run.peft_config, callbacks=default_callbacks(run),
     )  # fmt: skip
     result = trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
-    if args.synthetic_tasks and args.synthetic_eval_tasks:
-        after = evaluate_views(trainer.model, run.tokenizer, test).summary()
     write_summary(
-        args.output_dir, before, after, method="vasd", rows=len(rows), train_loss=result.training_loss,
+        args.output_dir, {}, {}, method="vasd", rows=len(rows), train_loss=result.training_loss,
         wall_s=round(time.time() - start, 1),
     )  # fmt: skip

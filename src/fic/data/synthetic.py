@@ -192,3 +192,49 @@ def vocabulary(family: str = "arithmetic") -> list[str]:
     words.update(ITEMS)
     words.update(str(i) for i in range(max(MAX_VALUE, 9) + 1))
     return sorted(words)
+
+
+def single_turn_rows(tasks: list[SyntheticTask]) -> list[dict]:
+    """SFT rows (conversational prompt/completion) for every single-turn phrasing of every task."""
+    return [
+        {
+            "prompt": [{"role": "user", "content": prompt}],
+            "completion": [{"role": "assistant", "content": t.reference}],
+        }
+        for t in tasks
+        for prompt in t.single_turn_prompts
+    ]
+
+
+def tokenized_single_turn_rows(tokenizer, tasks: list[SyntheticTask]) -> list[dict]:
+    """`single_turn_rows` as token ids: the rendered prompt's ids followed by the response ids and the turn end
+    (`input_ids` plus a `completion_mask`), built by concatenating ids. Several times faster than letting
+    `SFTTrainer` render and tokenise every row, and the same ids."""
+    from fic.chat import full_view, render, turn_end_strings
+
+    end = tokenizer(turn_end_strings(tokenizer, role="assistant")[0], add_special_tokens=False)["input_ids"]
+    prompts = [
+        render(tokenizer, full_view(p), add_generation_prompt=True) for t in tasks for p in t.single_turn_prompts
+    ]
+    answers = [t.reference for t in tasks for _ in t.single_turn_prompts]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    return [
+        {"input_ids": p + a + end, "completion_mask": [0] * len(p) + [1] * (len(a) + len(end))}
+        for p, a in zip(prompt_ids, answer_ids)
+    ]
+
+
+def vasd_shard_rows(tasks: list[SyntheticTask], seed: int = 0) -> list[dict]:
+    """VASD rows whose student view the trainer plays itself (`shards`: the current student answers every shard but
+    the last), with one single-turn phrasing per row (a full phrasing or CONCAT, drawn with `seed`) as the teacher
+    view."""
+    rng = random.Random(seed)
+    return [
+        {
+            "shards": list(t.shards),
+            "teacher_prompt": [{"role": "user", "content": rng.choice(t.single_turn_prompts)}],
+            "task_id": t.id,
+        }
+        for t in tasks
+    ]

@@ -5,6 +5,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def test_help_keys_groups_by_owner_fic_first(capsys):
         train.main(["recipe=followup_rl_tiny", "--help-keys"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    titles = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    titles = [line for line in text.splitlines() if re.fullmatch(r"[\w.*]+ \(\w+\)", line)]
     assert titles[0].startswith("FollowupRLConfig (fic)")
     assert titles.index("eval.* (EvalConfig)") < titles.index("GRPOConfig (trl)")
     assert "  contexts: list[str] = []" in text and "  eval.judge: one of heuristic | learned | llm | cascade" in text

@@ -295,7 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from fic.errors import USER_ERRORS
+    from fic.errors import FicError
     from fic.eval.clarify.ambigqa import load_ambigqa
     from fic.eval.clarify.scenarios import resolve_data_path
     from fic.eval.clarify.user import check_profile
@@ -322,7 +322,7 @@ def run(args) -> int:
 
         model = load_chat_model(args.model, backend_name(args), args.base_url)
         check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
-    except (ValueError, *USER_ERRORS) as err:
+    except (ValueError, FicError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = out / "items.jsonl"

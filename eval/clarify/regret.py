@@ -188,7 +188,7 @@ class _Factory:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from fic.errors import USER_ERRORS
+    from fic.errors import FicError
 
     try:
         profiles = _check_args(args)
@@ -217,7 +217,7 @@ def run(args) -> int:
         if args.user == "llm" or args.tracker == "llm":
             factory.user_model()
         check_settings(out, _config(args))  # last: a setup error must not pin the folder to bad settings
-    except (ValueError, *USER_ERRORS) as err:
+    except (ValueError, FicError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = out / "episodes.jsonl"

@@ -22,6 +22,7 @@ callback measure a checkpoint the same way; this module imports nothing of fic b
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from fic.errors import FicError
@@ -73,9 +74,23 @@ def parse_list(flag: str, text: str, cast=str, valid=None, minimum=None) -> list
     return values
 
 
-def _alias(parser, flag: str, dest: str, **kwargs) -> None:
+class _Deprecated(argparse.Action):
+    """Stores like the flag it stands for, and says once which spelling to use instead."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        logging.getLogger(__name__).warning("%s is deprecated; use %s", option_string, self.new)
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_alias(parser, flag: str, dest: str, **kwargs) -> None:
     """A hidden, deprecated spelling of another flag (same destination)."""
-    parser.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+    new = "--" + dest.replace("_", "-")
+    parser.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, action=_Deprecated,
+                        new=new, **kwargs)  # fmt: skip
 
 
 def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tokenizer: bool = True,
@@ -111,14 +126,14 @@ def add_out_argument(parser, help: str = "output folder (rerun with the same fol
 def add_limit_argument(parser, default: int | None, help: str = "items per dataset", aliases=()) -> None:
     parser.add_argument("--limit", type=positive_int, default=default, help=help)
     for flag in aliases:
-        _alias(parser, flag, "limit", type=positive_int)
+        deprecated_alias(parser, flag, "limit", type=positive_int)
 
 
 def add_samples_argument(parser, default: int | None, help: str = "user turns per item and temperature",
                          aliases=()) -> None:  # fmt: skip
     parser.add_argument("--samples", type=positive_int, default=default, help=help)
     for flag in aliases:
-        _alias(parser, flag, "samples", type=positive_int)
+        deprecated_alias(parser, flag, "samples", type=positive_int)
 
 
 def add_token_arguments(parser, max_new_tokens: int, response_tokens: int | None = None,
@@ -128,13 +143,13 @@ def add_token_arguments(parser, max_new_tokens: int, response_tokens: int | None
     if response_tokens is not None:
         parser.add_argument("--response-tokens", type=positive_int, default=response_tokens,
                             help="tokens per assistant answer the model writes (--responses model)")  # fmt: skip
-        _alias(parser, "--answer-tokens", "response_tokens", type=positive_int)
+        deprecated_alias(parser, "--answer-tokens", "response_tokens", type=positive_int)
 
 
 def add_responses_argument(parser, default: str = "model") -> None:
     parser.add_argument("--responses", default=default, choices=("model", "data"),
                         help="the assistant answer in each context: the model's greedy answer or the data's")  # fmt: skip
-    _alias(parser, "--answers", "responses", choices=("model", "data"))
+    deprecated_alias(parser, "--answers", "responses", choices=("model", "data"))
 
 
 def _user_kind(text: str) -> str:

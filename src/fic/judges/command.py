@@ -46,8 +46,8 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
 
     cli_args.add_out_argument(parser, help=f"output folder; the judged rows go to DIR/{JUDGED_FILE}")
     cli_args.add_judge_arguments(parser)
-    parser.add_argument("--base-url", dest="judge_base_url", help=argparse.SUPPRESS)  # old spellings
-    parser.add_argument("--model", dest="judge_model", help=argparse.SUPPRESS)
+    cli_args.deprecated_alias(parser, "--base-url", "judge_base_url")  # the old spellings
+    cli_args.deprecated_alias(parser, "--model", "judge_model")
     parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight.")
     parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply.")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request attempt.")

@@ -90,6 +90,9 @@ def test_summary_by_hand():
     assert s["judge_errors"] == 1
     assert s["genuine_by_correct"]["correct"]["rate"] == 1.0  # item a, both rows genuine
     assert flat_metrics(s) == {"probe/d/genuine_rate@t0.0": pytest.approx(2 / 3)}
+    assert flat_metrics(s, perturbations=("none", "question")) == {
+        "probe/d/genuine_rate@t0.0": pytest.approx(2 / 3), "probe/d/question/genuine_rate@t0.0": pytest.approx(0.5),
+    }  # fmt: skip
 
 
 def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):

@@ -167,6 +167,19 @@ def test_load_model_on_a_damaged_folder_names_it(tiny, tmp_path, damage, cause):
     assert f"local folder {str(folder)!r}" in message and cause in message and "complete checkpoint" in message
 
 
+def test_a_missing_recipe_output_names_the_recipe_that_writes_it(tmp_path, monkeypatch):
+    """followup_rl_tiny starts from outputs/collab_sft_tiny: without it, say which recipe to run (not `hf download`)."""
+    from fic.modeling import ModelLoadError, load_model, load_tokenizer
+
+    monkeypatch.chdir(tmp_path)
+    for load in (load_tokenizer, load_model):
+        with pytest.raises(ModelLoadError) as info:
+            load("outputs/collab_sft_tiny")
+        message = str(info.value)
+        assert "'outputs/collab_sft_tiny' does not exist" in message and "recipe=collab_sft_tiny" in message
+        assert "hf download" not in message
+
+
 # ---------------------------------------------------------------- damaged and partial checkpoints
 
 

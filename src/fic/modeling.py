@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trl import ModelConfig
 
@@ -45,6 +46,13 @@ def _load_error(name: str, what: str, err: Exception) -> ModelLoadError:
             "An interrupted save or copy leaves such folders; point at a complete checkpoint (one with "
             "trainer_state.json) or save the model there again."
         )
+    path = Path(name).expanduser()
+    in_existing_folder = bool(path.parent.parts) and path.parent.is_dir()
+    if name.startswith((".", "/", "~")) or path.parent.name == "outputs" or in_existing_folder:
+        hint = ""
+        if path.parent.name == "outputs":  # fic writes a recipe's model to outputs/RECIPE
+            hint = f" It is where `python train.py recipe={path.name}` writes its model: run that recipe first."
+        return ModelLoadError(f"could not load {what}: the local folder {name!r} does not exist.{hint}")
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
     where = "the hub is switched off (HF_HUB_OFFLINE=1)" if offline else "the hub did not serve it"
     return ModelLoadError(

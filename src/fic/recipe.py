@@ -255,7 +255,7 @@ def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None
 
 
 def valid_keys(flat: list[type], nested: dict[str, type] | None = None) -> list[str]:
-    """All keys a recipe of these dataclasses accepts (for `fic recipe-keys` and error messages)."""
+    """All keys a recipe of these dataclasses accepts (for `train.py --help-keys` and error messages)."""
     keys = {k for cls in flat for k in _fields(cls)}
     for block, cls in (nested or {}).items():
         keys |= {f"{block}.{k}" for k in _fields(cls)}

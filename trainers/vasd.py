@@ -31,9 +31,9 @@ For every example of a batch:
 Teachers (`teacher_mode`): `base` (default) is the frozen initial model; with LoRA it is the same model with the
 adapter disabled for the teacher pass, so no second copy of the weights exists; without LoRA it is a frozen copy.
 `live` is the current weights without gradient (on the tiny demo model it collapsed to constant answers every time
-it was tried, hence not the default). `ema` is an exponential moving average of the student (a second LoRA adapter under pure-LoRA
-training, a frozen copy otherwise), updated every `teacher_sync_steps` with `teacher_update_rate`; TRL's SDFT
-callbacks do the averaging.
+it was tried, hence not the default). `ema` is an exponential moving average of the student (a second LoRA adapter
+under pure-LoRA training, a frozen copy otherwise), updated every `teacher_sync_steps` with `teacher_update_rate`;
+TRL's SDFT callbacks do the averaging.
 
 Prompts are never cut silently: a prompt longer than `max_prompt_length` / `max_teacher_prompt_length` is an error
 unless `prompt_truncation="left"` is set explicitly (the oldest tokens are then dropped and counted in

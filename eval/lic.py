@@ -3,15 +3,15 @@
 FULL gives the model the fully specified instruction in one turn; CONCAT gives all shards in one turn, as a list;
 SHARDED has a simulated user reveal one shard per turn while the model answers each turn. A sharded episode ends on
 the first correct answer attempt, or after the model's reply to the last shard. Each episode scores 1 or 0; P, A90
-and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); recovery = P_sharded / P_full.
+and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); recovery = p_sharded / p_full.
 
 The rule-based user reveals each shard verbatim; `--user llm` rephrases it through an OpenAI-compatible chat
 endpoint, as the paper's simulator does. Episodes are generated in fixed chunks of tasks, so sampling seeds do not
 depend on what a previous, interrupted run finished: a rerun with the same `--out` skips finished chunks, redoes a
 partial one, and ends with exactly the episodes of an uninterrupted run.
 
-`evaluate_views` is the same episodes as one greedy measurement of a model on synthetic tasks (P_full per phrasing,
-P_concat, P_sharded and per-turn accuracy), what the VASD recipe reports before and after training.
+`evaluate_views` is the same episodes as one greedy measurement of a model on synthetic tasks (p_full per phrasing,
+p_concat, p_sharded and per-turn accuracy), what the VASD recipe reports before and after training.
 """
 
 from __future__ import annotations
@@ -171,9 +171,9 @@ class ViewScores:
 def evaluate_views(
     model, tokenizer, tasks, batch_size: int = 256, backend=None, max_new_tokens: int = 8
 ) -> ViewScores:
-    """P_full, P_concat and P_sharded of `model` on synthetic tasks (`fic.data.synthetic`) with greedy decoding.
+    """p_full, p_concat and p_sharded of `model` on synthetic tasks (`fic.data.synthetic`) with greedy decoding.
 
-    The episodes of `run_episodes`, all tasks in one chunk: FULL once per phrasing (P_full is the canonical one),
+    The episodes of `run_episodes`, all tasks in one chunk: FULL once per phrasing (p_full is the canonical one),
     CONCAT, and SHARDED played to the last shard with the rule user, so every turn has a reply (per-turn accuracy);
     an episode is correct when any answer attempt is, as in `run_lic`. Replies are decoded without special tokens.
     `backend` (a `fic.generation` backend) replaces the transformers backend built from `model`.
@@ -212,7 +212,7 @@ def evaluate_views(
 
 
 def summarize(rows: list[dict], modes: list[str]) -> dict:
-    """P / A90 / U90-10 per mode from episode rows, and recovery = P_sharded / P_full (and P_concat / P_full)."""
+    """P / A90 / U90-10 per mode from episode rows, and recovery = p_sharded / p_full (and p_concat / p_full)."""
     summary: dict = {"modes": {}}
     for mode in modes:
         by_task: dict[str, list[float]] = {}
@@ -335,5 +335,5 @@ def run(args: argparse.Namespace) -> int:
     for mode, m in summary["modes"].items():
         print(f"{mode:>8}: P={m['P']:.3f} A90={m['A90']:.3f} U90-10={m['U90_10']:.3f} ({m['episodes']} episodes)")
     if "recovery" in summary:
-        print(f"recovery P_sharded/P_full = {summary['recovery']:.3f}")
+        print(f"recovery p_sharded/p_full = {summary['recovery']:.3f}")
     return 0

@@ -182,8 +182,8 @@ def lic_report(summary: dict, episodes: list[dict], out_path: str | Path, title:
                max_samples: int = MAX_SAMPLES) -> Path:  # fmt: skip
     """Write the report of one `fic lic` run: P / A90 / U90-10 per mode, recovery, plot, episodes."""
     out_path = Path(out_path)
-    ratios = [[name, summary[key]] for key, name in (("recovery", "recovery P_sharded / P_full"),
-                                                     ("concat_ratio", "P_concat / P_full")) if key in summary]  # fmt: skip
+    ratios = [[name, summary[key]] for key, name in (("recovery", "recovery p_sharded / p_full"),
+                                                     ("concat_ratio", "p_concat / p_full")) if key in summary]  # fmt: skip
     parts = [section("Scores", lic_table(summary), table(["ratio", "value"], ratios) if ratios else "")]
     figures = sorted(out_path.parent.glob("*.png"))
     if figures:

@@ -130,7 +130,7 @@ def test_lic_and_regret_reports_inert(tmp_path):
                  "messages": [{"role": "user", "content": bad}, {"role": "assistant", "content": HOSTILE[0]}]}]  # fmt: skip
     page = assert_inert(report.lic_report(lic_summary, episodes, tmp_path / "lic" / "report.html").read_text())
     text = "".join(page.text)
-    assert bad in text and HOSTILE[0] in text and "0.450" in text and "recovery P_sharded / P_full" in text
+    assert bad in text and HOSTILE[0] in text and "0.450" in text and "recovery p_sharded / p_full" in text
 
     regret_summary = {"scenario": "products", "policy": f"model{bad}", "regret": 0.25, "value": 0.5,
                       "reference_value": 0.75, "resolution": {"rate": 0.5}, "resolution_rate": 0.5,

@@ -120,7 +120,7 @@ class VASDConfig(DistillationConfig):
         synthetic_tasks (`int`, defaults to `0`):
             Build rows from this many `fic.data.synthetic` training tasks instead: the student view is the sharded
             conversation in which the current student answers the earlier shards itself, the teacher view one
-            single-turn phrasing. P_full / P_concat / P_sharded are measured before and after on `synthetic_eval_tasks` test
+            single-turn phrasing. p_full / p_concat / p_sharded are measured before and after on `synthetic_eval_tasks` test
             tasks, `fic lic` runs on the trained model and the demo's checks are made (`vasd_recipe.synthetic_run`).
         synthetic_eval_tasks (`int`, defaults to `500`):
             Test-split tasks measured before and after training.

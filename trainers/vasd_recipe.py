@@ -99,12 +99,12 @@ def _lic_after(output_dir: str, test) -> dict:
 
 def print_views(result: dict) -> None:
     """Single-turn vs multi-turn performance before and after, as `make demo` shows it."""
-    rows = [("P_full (single turn)", "p_full"), ("P_concat (all shards, one turn)", "p_concat"),
-            ("P_sharded (one shard per turn)", "p_sharded")]  # fmt: skip
+    rows = [("p_full (single turn)", "p_full"), ("p_concat (all shards, one turn)", "p_concat"),
+            ("p_sharded (one shard per turn)", "p_sharded")]  # fmt: skip
     print(f"\n{'':34}{'before':>8}{'after':>8}")
     for name, key in rows:
         print(f"{name:34}{result['before'][key]:8.3f}{result['after'][key]:8.3f}")
-    print(f"{'recovery P_sharded/P_full(before)':34}{'':8}{result['recovery']:8.3f}")
+    print(f"{'recovery p_sharded/p_full(before)':34}{'':8}{result['recovery']:8.3f}")
     print("checks: " + ", ".join(f"{k}={'ok' if v else 'FAILED'}" for k, v in result["checks"].items()))
 
 
@@ -130,11 +130,11 @@ def check_recipe(recipe) -> None:
 def synthetic_run(run, start: float) -> None:
     """VASD on `synthetic_tasks` rows, measured before and after: the flow `make demo` (`recipe=fic_tiny`) shows.
 
-    The `synthetic_eval_tasks` test tasks are scored greedily (`fic.eval.lic.evaluate_views`: P_full, P_concat,
-    P_sharded) before and after training. Each training row's student view is the sharded conversation that the
+    The `synthetic_eval_tasks` test tasks are scored greedily (`fic.eval.lic.evaluate_views`: p_full, p_concat,
+    p_sharded) before and after training. Each training row's student view is the sharded conversation that the
     current student plays itself, its teacher view one single-turn phrasing (`fic.data.synthetic.vasd_shard_rows`).
     Then `fic lic` runs on the saved model (OUTPUT_DIR/lic/), the checks are made (a multi-turn gap before that
-    CONCAT does not show, recovery P_sharded(after) / P_full(before) >= 0.92, single-turn views kept), all of it goes
+    CONCAT does not show, recovery p_sharded(after) / p_full(before) >= 0.92, single-turn views kept), all of it goes
     to OUTPUT_DIR/eval_summary.json and the before/after table is printed.
     """
     import time

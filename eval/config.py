@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from fic.judges import JUDGE_KINDS, JudgeKind
+
 EVALUATIONS = ("probe", "lic", "regret")
-JUDGES = ("heuristic", "learned", "llm", "cascade")
 BACKENDS = ("transformers", "vllm")
 LOAD_FROM = ("auto", "memory", "disk")
 
@@ -93,7 +94,7 @@ class EvalConfig:
     samples: int = 1
     limit: int = 20
     max_new_tokens: int = 64
-    judge: Literal["heuristic", "learned", "llm", "cascade"] = "heuristic"
+    judge: JudgeKind = "heuristic"
     judge_base_url: str | None = None
     judge_model: str | None = None
     backend: Literal["transformers", "vllm"] = "transformers"
@@ -123,8 +124,8 @@ class EvalConfig:
             raise ValueError(f"eval.evaluations: unknown {unknown}; valid: {list(EVALUATIONS)}")
         if not self.evaluations:
             raise ValueError("eval.evaluations: empty; name at least one of probe, lic, regret (or set enabled=false)")
-        if self.judge not in JUDGES:
-            raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: {', '.join(JUDGES)}")
+        if self.judge not in JUDGE_KINDS:
+            raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: {', '.join(JUDGE_KINDS)}")
         if self.judge in ("llm", "cascade") and not (self.judge_base_url and self.judge_model):
             raise ValueError(
                 f"eval.judge={self.judge!r} needs eval.judge_base_url and eval.judge_model (an OpenAI-compatible chat "

@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
+from fic.judges import JUDGE_KINDS, JudgeKind
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
@@ -69,9 +69,7 @@ class CollabSFTConfig(SFTConfig):
     )
     followup_candidates: int = field(default=4, metadata={"help": "Template candidates per context."})
     followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
-    followup_judge: Literal["heuristic", "learned", "llm", "cascade"] = field(
-        default="heuristic", metadata={"help": "Judge for the candidates."}
-    )
+    followup_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge for the candidates."})
     dataset_limit: int | None = field(default=None, metadata={"help": "Items read from each training dataset."})
     chat_template_kwargs: dict | None = field(
         default=None,
@@ -85,10 +83,8 @@ class CollabSFTConfig(SFTConfig):
                 "assistant_only_loss / completion_only_loss: collaboration SFT chooses the trained turns with "
                 "train_on (e.g. train_on=[user_followups,assistant]); leave both unset"
             )
-        if self.followup_judge not in ("heuristic", "learned", "llm", "cascade"):
-            raise ValueError(
-                f"followup_judge: unknown judge {self.followup_judge!r}; valid: heuristic, learned, llm, cascade"
-            )
+        if self.followup_judge not in JUDGE_KINDS:
+            raise ValueError(f"followup_judge: unknown judge {self.followup_judge!r}; valid: {', '.join(JUDGE_KINDS)}")
         if self.followup_candidates < 1 or self.followups_per_context < 1:
             raise ValueError("followup_candidates / followups_per_context: both must be at least 1")
         super().__post_init__()

@@ -29,6 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from fic import metric_names
 from fic.chat import turn_end_strings
+from fic.judges import JUDGE_KINDS, JudgeKind
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
 from fic.trainers.rewards import REWARDS, check_penalties, get_reward
@@ -70,9 +71,7 @@ class FollowupRLConfig(GRPOConfig):
         default_factory=lambda: ["followup"], metadata={"help": f"Rewards: any of {', '.join(REWARDS)}."}
     )
     penalties: dict[str, float] = field(default_factory=dict, metadata={"help": "Reward of each failure mode."})
-    reward_judge: Literal["heuristic", "learned", "llm", "cascade"] = field(
-        default="heuristic", metadata={"help": "Judge: heuristic, llm or cascade."}
-    )
+    reward_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge of the policy's user turns."})
     reward_judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint."})
     reward_judge_model: str | None = field(default=None, metadata={"help": "LLM judge model name."})
 
@@ -85,10 +84,8 @@ class FollowupRLConfig(GRPOConfig):
         self.penalties = check_penalties(self.penalties)
         if self.context_answers not in ("data", "model"):
             raise ValueError(f"context_answers: unknown value {self.context_answers!r}; valid: data, model")
-        if self.reward_judge not in ("heuristic", "learned", "llm", "cascade"):
-            raise ValueError(
-                f"reward_judge: unknown judge {self.reward_judge!r}; valid: heuristic, learned, llm, cascade"
-            )
+        if self.reward_judge not in JUDGE_KINDS:
+            raise ValueError(f"reward_judge: unknown judge {self.reward_judge!r}; valid: {', '.join(JUDGE_KINDS)}")
         if self.reward_judge in ("llm", "cascade") and not (self.reward_judge_base_url and self.reward_judge_model):
             raise ValueError(
                 f"reward_judge={self.reward_judge!r} needs reward_judge_base_url and reward_judge_model "

@@ -26,8 +26,8 @@ import logging
 import os
 
 from fic.errors import FicError
+from fic.judges import JUDGE_KINDS
 
-JUDGES = ("heuristic", "learned", "llm", "cascade")
 BACKENDS = ("transformers", "vllm", "openai")
 USERS = ("rules", "llm")  # as regret's `--tracker rules|llm`
 MODEL_HELP = (
@@ -112,7 +112,7 @@ def backend_name(args) -> str:
 
 def add_judge_arguments(parser, default: str = "heuristic") -> None:
     """`--judge`, `--judge-base-url`, `--judge-model`."""
-    parser.add_argument("--judge", default=default, choices=JUDGES, help="follow-up judge (llm and cascade need an "
+    parser.add_argument("--judge", default=default, choices=JUDGE_KINDS, help="follow-up judge (llm and cascade need an "
                         "endpoint)")  # fmt: skip
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")

@@ -5,6 +5,8 @@ endpoint for strict JSON; `CascadeJudge` lets the heuristic decide what it is su
 The heavy pieces (the sentence encoder, the HTTP client) load on first use, so importing this package is cheap.
 """
 
+from typing import Literal, get_args
+
 from .base import Case, Judge, Verdict
 from .labels import FAILURE_LABELS, GENUINE_FOLLOWUP, JUDGE_ERROR, LABELS, is_genuine
 
@@ -17,6 +19,8 @@ __all__ = [
     "GENUINE_FOLLOWUP",
     "JUDGE_ERROR",
     "is_genuine",
+    "JUDGE_KINDS",
+    "JudgeKind",
     "HeuristicJudge",
     "HeuristicJudgeConfig",
     "LLMJudge",
@@ -44,7 +48,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-JUDGE_KINDS = ("heuristic", "learned", "llm", "cascade")
+# The judge kinds every entry point accepts: the type of the config fields, the CLI choices and `make_judge`'s names.
+JudgeKind = Literal["heuristic", "learned", "llm", "cascade"]
+JUDGE_KINDS: tuple[str, ...] = get_args(JudgeKind)
 
 
 def make_judge(

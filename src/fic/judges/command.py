@@ -29,7 +29,6 @@ from .labels import JUDGE_ERROR, LABELS
 
 logger = logging.getLogger(__name__)
 
-JUDGE_CHOICES = ("heuristic", "learned", "llm", "cascade")
 OUTPUT_FIELDS = ("label", "genuine", "confidence", "rationale", "judge")
 JUDGED_FILE = "judgements.jsonl"  # in the --out folder
 

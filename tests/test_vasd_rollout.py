@@ -18,7 +18,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fic.chat import full_view, render
-from fic.generation.decode import decode
+from fic.generation.decode import decode, decode_kept
 from fic.testing import tiny_model
 from fic.trainers.vasd import VASDConfig, VASDTrainer
 
@@ -124,6 +124,41 @@ def test_greedy_replies_equal_model_generate(tmp_path, model_dir, tokenizer):
         assert [m["content"] for m in view if m["role"] == "user"] == shards
 
 
+def test_kept_cache_continues_a_conversation_as_a_fresh_prefill_would(tmp_path, model_dir, tokenizer):
+    """The second shard turn, continued from the first turn's KV cache (only the new tokens fed), writes the replies
+    a fresh prefill of the whole re-rendered conversation writes, with the tie rule of the test above."""
+    from fic.chat import sharded_view
+    from fic.trainers.vasd_rollout import _matching_rows
+
+    model = ending_model(model_dir, tokenizer)
+    trainer = VASDTrainer(model, args=config(tmp_path), train_dataset=shard_rows(), processing_class=tokenizer)
+    eos, pad = trainer._rollouts.end_ids(), trainer._rollouts._pad_id()
+    kw = dict(max_new_tokens=12, end_ids=eos, pad_id=pad, keep_end=True)
+    first = [list(ids) for ids in trainer._tokenize_prompts([full_view(s[0]) for s in SHARDS])[0]]
+    widths = []
+    handle = model.register_forward_pre_hook(lambda mod, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+                                             with_kwargs=True)  # fmt: skip
+    with torch.no_grad():
+        replies, kept = decode_kept(model, first, **kw)
+        texts = tokenizer.batch_decode(replies, skip_special_tokens=True)
+        convos = [sharded_view(s[:2], [text.strip() or "..."]) for s, text in zip(SHARDS, texts)]
+        second = [list(ids) for ids in trainer._tokenize_prompts(convos)[0]]
+        rows = _matching_rows(kept, second)
+        assert rows == [0, 1, 2, 3]  # each conversation extends its own row
+        widths.clear()
+        continued, kept2 = decode_kept(model, second, kept=kept, rows=rows, **kw)
+        # the first turn's prompt is reused whole: at most the reply and the new user turn are fed
+        assert widths[0] <= max(len(s) - len(f) for s, f in zip(second, first)) < min(len(s) for s in second)
+        fresh = [r[0] for r in decode(model, second, **kw)]
+    handle.remove()
+    for b, (got, want) in enumerate(zip(continued, fresh)):
+        if got != want:
+            at = next(i for i, (a, c) in enumerate(zip(got, want)) if a != c)
+            assert first_near_tie(model, second[b], want, at, 1e-4), (got, want)
+        # what the cache holds: the prompt and every generated token fed back (not the last one)
+        assert kept2.tokens[b] == second[b] + got[:-1]
+
+
 def test_lockstep_decode_runs_until_every_process_is_done(model_dir, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     prompts = [tokenizer("<|im_start|>user\nHi", add_special_tokens=False)["input_ids"]]
@@ -227,6 +262,44 @@ def test_lora_student_decodes_with_folded_weights_and_gets_them_back(tmp_path, m
     adapter_on = student(torch.tensor([prompts[0]])).logits
     with trainer.teacher_context():
         assert not torch.allclose(student(torch.tensor([prompts[0]])).logits, adapter_on)  # the adapters are on
+
+
+def test_lora_is_folded_once_per_generation_batch_and_again_when_it_changes(tmp_path, model_dir, tokenizer):
+    from peft import LoraConfig
+    from peft.tuners.lora import Linear as LoraLinear
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+    trainer = VASDTrainer(AutoModelForCausalLM.from_pretrained(model_dir), args=config(tmp_path),
+                          train_dataset=shard_rows(), processing_class=tokenizer, peft_config=lora)  # fmt: skip
+    student = trainer.accelerator.unwrap_model(trainer.model)
+    layers = [m for m in student.modules() if isinstance(m, LoraLinear)]
+    rollouts = trainer._rollouts
+    folds, seen = [], []
+    original = LoraLinear.get_delta_weight
+    LoraLinear.get_delta_weight = lambda self, adapter: folds.append(1) or original(self, adapter)
+    hook = student.get_base_model().register_forward_pre_hook(
+        lambda mod, args: seen.append(any(isinstance(m, LoraLinear) for m in mod.modules()))
+    )
+    try:
+        prompts = [list(trainer._tokenize_prompts([full_view("Hi.")])[0][0])]
+        kw = dict(as_teacher=False, temperature=0.0, max_new_tokens=3, greedy_override=True)
+        rollouts.generate(prompts, **kw)
+        rollouts.generate(prompts, **kw)
+        assert len(folds) == len(layers)  # once for both calls of the batch
+        assert seen and not any(seen)  # the decode forward ran the plain model: no adapter layer in it
+        with torch.no_grad():
+            layers[0].lora_B["default"].weight.add_(0.01)  # as an optimizer step would
+        rollouts.generate(prompts, **kw)
+        assert len(folds) == 2 * len(layers)
+        rollouts.release()  # the end of a generation batch
+        rollouts.generate(prompts, **kw)
+        assert len(folds) == 3 * len(layers)
+    finally:
+        LoraLinear.get_delta_weight = original
+        hook.remove()
+    assert all(isinstance(m, LoraLinear) for m in layers) and len(layers) == sum(
+        isinstance(m, LoraLinear) for m in student.modules()
+    )  # every wrapper back in its place
 
 
 class FakeVLLMGeneration:

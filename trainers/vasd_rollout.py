@@ -9,12 +9,20 @@ the last itself (one call per shard index: all the rows' replies to shard `k` in
   dropped from the KV cache, a row ends at the template's end of turn (the tokenizer's EOS and the single-token
   strings of `fic.chat.turn_end_strings`; the end token is kept in the response ids, as a dataset completion gets
   it appended), sampling with the trainer's `temperature`, `top_k`, `top_p`, `min_p`. Settings the loop does not
-  implement (`repetition_penalty != 1`, `generation_kwargs`) send the call to `model.generate` instead. With LoRA
-  the student decodes with its adapters folded into the weights (`merged_lora`): `W + scale * B @ A` in new tensors
-  for the call, the adapters off, the original weight tensors put back untouched afterwards (no merge/unmerge
-  rounding). It skips the adapters' extra matrix products and modules at every decode step (measured 1.36x on the
-  decode at the benchmark's CPU size), for one extra copy of the adapted weights while generating. Not under
-  ZeRO-3 or FSDP (sharded weights), nor for adapter types other than LoRA linears.
+  implement (`repetition_penalty != 1`, `generation_kwargs`) send the call to `model.generate` instead.
+  The shard turns and the on-policy responses continue one KV cache (`decode.decode_kept`): each turn's prompt is
+  the previous one plus the reply and the next shard, re-rendered and re-tokenized as before, and only the part of
+  it the cache does not already hold is fed (one chunk), instead of prefilling the whole conversation again every
+  turn; rows that have finished the turn ride along under a zero attention mask so that they keep their cache. An
+  on-policy response continues its row's last shard turn the same way (a row whose episode ended before the
+  batch's last shard turn is fed whole: the cache keeps the rows of the last call only). The cache lives from the
+  first shard turn to the end of `responses` (one generation batch).
+  With LoRA the student decodes with its adapters folded into the weights (`FoldedLora`): `W + scale * B @ A` in
+  new tensors, built once per generation batch (again if a weight changed meanwhile), the LoRA wrappers replaced by
+  their base layers for the call so the forward is the plain transformers model, and the original modules and
+  weight tensors put back untouched afterwards (no merge/unmerge rounding). It skips the adapters' extra matrix
+  products and modules at every decode step, for one extra copy of the adapted weights during the generation
+  batch. Not under ZeRO-3 or FSDP (sharded weights), nor for adapter types other than LoRA linears.
 * `use_vllm: true`: TRL's vLLM path (`_generate_single_turn`, colocate or server, weights synced once per step), for
   everything the student writes; the rollout temperature and length are set on TRL's `VLLMGeneration` for the call
   and restored after it. A `base` or `ema` teacher is not the weights vLLM holds: its samples stay on transformers.
@@ -46,7 +54,7 @@ import torch
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
-from fic.generation.decode import decode, sampling_pick
+from fic.generation.decode import Kept, decode, decode_kept, sampling_pick
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +77,9 @@ class Rollouts:
         self.seconds = {"train": 0.0, "eval": 0.0}
         self._end_ids: set[int] | None = None
         self._warned_fallback = False
-        self.merge_lora = True  # see merged_lora
+        self.merge_lora = True  # see FoldedLora
+        self._folded: FoldedLora | None = None
+        self._kept: Kept | None = None  # the student's KV cache after the last shard turn (see student_views)
 
     # ------------------------------------------------------------------ what a step asks for
 
@@ -90,13 +100,14 @@ class Rollouts:
         max_new_tokens = args.rollout_max_new_tokens or t.max_completion_length
         turns = self._global_max(max((len(s) for s in shards_list), default=1) - 1)
         replies: list[list[str]] = [[] for _ in shards_list]
+        self._kept = None
         for turn in range(turns):
             active = [i for i, s in enumerate(shards_list) if turn < len(s) - 1]
             convos = [sharded_view(shards_list[i][: turn + 1], replies[i]) for i in active]
             prompt_ids = [list(ids) for ids in t._tokenize_prompts(convos)[0]] if convos else []
             outputs = self.generate(
                 prompt_ids, as_teacher=False, temperature=args.rollout_temperature, max_new_tokens=max_new_tokens,
-                greedy_override=True,
+                greedy_override=True, reuse=True,
             )  # fmt: skip
             texts = t._tokenizer.batch_decode(outputs, skip_special_tokens=True)
             for i, text in zip(active, texts):
@@ -109,17 +120,20 @@ class Rollouts:
         """Sampled responses: `student` rows in the student view, `teacher` rows in the teacher view; None elsewhere.
 
         One call for the student rows and one for the teacher rows, made by every process whenever any process has
-        such rows."""
+        such rows. It is a generation batch's last call: what was kept for the batch's calls is released after it."""
         t = self.trainer
         out: list[list[int] | None] = [None] * len(sources)
-        for source, prompts in (("student", student_ids), ("teacher", teacher_ids)):
-            idx = [i for i, s in enumerate(sources) if s == source]
-            ids = self.generate(
-                [prompts[i] for i in idx], as_teacher=source == "teacher", temperature=t.temperature,
-                max_new_tokens=t.max_completion_length,
-            )  # fmt: skip
-            for i, completion in zip(idx, ids):
-                out[i] = list(completion)
+        try:
+            for source, prompts in (("student", student_ids), ("teacher", teacher_ids)):
+                idx = [i for i, s in enumerate(sources) if s == source]
+                ids = self.generate(
+                    [prompts[i] for i in idx], as_teacher=source == "teacher", temperature=t.temperature,
+                    max_new_tokens=t.max_completion_length, reuse=source == "student",
+                )  # fmt: skip
+                for i, completion in zip(idx, ids):
+                    out[i] = list(completion)
+        finally:
+            self.release()  # the last generation call of a batch: the weights change before the next one
         return out
 
     # ------------------------------------------------------------------ the one call
@@ -132,13 +146,16 @@ class Rollouts:
         temperature: float,
         max_new_tokens: int | None,
         greedy_override: bool = False,
+        reuse: bool = False,
     ) -> list[list[int]]:
         """One response (token ids, the end token included) per prompt, by the student or the teacher.
 
         `greedy_override`: the call has settings of its own (the shard replies: `rollout_temperature`,
-        `rollout_max_new_tokens`) rather than the trainer's on-policy ones. With several processes, every process
-        must call this the same number of times (see the module docstring); it returns `[]` without generating
-        only when no process has a prompt.
+        `rollout_max_new_tokens`) rather than the trainer's on-policy ones. `reuse` (student calls of the decode
+        loop only): continue from the KV cache the previous such call kept, where a prompt extends a row of it
+        (`fic.generation.decode.decode_kept`), and keep this call's cache for the next one. With several processes,
+        every process must call this the same number of times (see the module docstring); it returns `[]` without
+        generating only when no process has a prompt.
         """
         t = self.trainer
         mode = "train" if t.model.training else "eval"
@@ -156,7 +173,7 @@ class Rollouts:
             padded = list(prompt_ids) or dummy  # a process without prompts still joins the call
             if self.backend == "generate" or self._needs_generate():
                 return self._hf_generate(padded, as_teacher, temperature, max_new_tokens, greedy_override)[:local]
-            return self._fast(padded, as_teacher, temperature, max_new_tokens)[:local]
+            return self._fast(padded, as_teacher, temperature, max_new_tokens, reuse and not as_teacher)[:local]
         finally:
             self.seconds[mode] += time.perf_counter() - start
 
@@ -167,17 +184,23 @@ class Rollouts:
 
     # ------------------------------------------------------------------ backends
 
-    def _fast(self, prompt_ids, as_teacher, temperature, max_new_tokens) -> list[list[int]]:
+    def _fast(self, prompt_ids, as_teacher, temperature, max_new_tokens, reuse=False) -> list[list[int]]:
         t = self.trainer
         if temperature:
             pick = sampling_pick(temperature, t.top_p, t.top_k, t.min_p)
         else:
             pick = sampling_pick(0.0)
-        with self._generation_model(as_teacher) as model, self._merged(model, as_teacher):
-            samples = decode(
-                model, prompt_ids, max_new_tokens=max_new_tokens or t.max_completion_length, end_ids=self.end_ids(),
-                pad_id=self._pad_id(), pick=pick, keep_end=True, synced=self._synced(),
-            )  # fmt: skip
+        kw = dict(
+            max_new_tokens=max_new_tokens or t.max_completion_length, end_ids=self.end_ids(), pad_id=self._pad_id(),
+            pick=pick, keep_end=True, synced=self._synced(),
+        )  # fmt: skip
+        with self._generation_model(as_teacher) as unwrapped, self._merged(unwrapped, as_teacher) as model:
+            if reuse:
+                kept, self._kept = self._kept, None  # consumed by the call (its cache is reordered in place)
+                rows = _matching_rows(kept, prompt_ids) if kept is not None else None
+                outputs, self._kept = decode_kept(model, prompt_ids, kept=kept, rows=rows, **kw)
+                return outputs
+            samples = decode(model, prompt_ids, **kw)
         return [rows[0] for rows in samples]
 
     def _hf_generate(self, prompt_ids, as_teacher, temperature, max_new_tokens, greedy_override) -> list[list[int]]:
@@ -249,10 +272,19 @@ class Rollouts:
                 unwrapped.train(was_training)
 
     def _merged(self, model, as_teacher: bool):
+        """The model to decode with: the student with its LoRA folded in (`FoldedLora`) where that applies."""
         t = self.trainer
         if as_teacher or not self.merge_lora or t._dist.is_zero3 or t._dist.is_fsdp:
-            return nullcontext()
-        return merged_lora(model)
+            return nullcontext(model)
+        if self._folded is None or self._folded.model is not model:
+            self._folded = FoldedLora(model)
+        return self._folded.active() if self._folded.sites else nullcontext(model)
+
+    def release(self) -> None:
+        """Free what is kept between the calls of one generation batch (folded LoRA weights, the KV cache)."""
+        self._kept = None
+        if self._folded is not None:
+            self._folded.release()
 
     def end_ids(self) -> set[int]:
         """Tokens that end a response: the trainer's EOS ids and the template's single-token turn ends."""
@@ -308,43 +340,110 @@ class Rollouts:
         return int(t.accelerator.gather(tensor).max().item())
 
 
-@contextmanager
-def merged_lora(model):
-    """Inside it, `model` (a PEFT model whose adapters are LoRA linears) computes with the adapters folded in.
+def _matching_rows(kept: Kept, prompts: list[list[int]]) -> list[int | None]:
+    """For each prompt, the kept row whose cached ids share the longest prefix with it (None when none shares any)."""
+    import numpy as np
 
-    Each adapted layer's base weight is replaced by a new tensor `W + delta` (`get_delta_weight` of its active
-    adapters) and the adapters are switched off; on exit the original tensors are put back as they were (bit for bit:
-    they are never written). A model without LoRA layers, or with adapter layers of another kind, already merged, with
-    DoRA or with `modules_to_save`, is left as it is.
-    """
+    cached = [np.asarray(ids, dtype=np.int64) for ids in kept.tokens]
+    rows: list[int | None] = []
+    for ids in prompts:
+        prompt = np.asarray(ids, dtype=np.int64)
+        best, best_len = None, 0
+        for r, held in enumerate(cached):
+            n = min(len(held), len(prompt))
+            differ = np.flatnonzero(held[:n] != prompt[:n])
+            length = int(differ[0]) if len(differ) else n
+            if length > best_len:
+                best, best_len = r, length
+        rows.append(best)
+    return rows
+
+
+def _lora_sites(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """`(parent, attribute, LoRA linear)` of every adapter layer of a PEFT model; `[]` when it cannot be folded.
+
+    Foldable: every adapter layer is an unmerged LoRA `Linear` without DoRA or a LoRA bias, and no `modules_to_save`
+    (a trained full copy would be switched off with the adapters)."""
     from accelerate.utils import is_peft_model
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.tuners_utils import BaseTunerLayer
     from peft.utils import ModulesToSaveWrapper
-    from trl.trainer.utils import use_adapter
 
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)] if is_peft_model(model) else []
-    # a trained full copy (modules_to_save) would be switched off with the adapters
-    foldable = not any(isinstance(m, ModulesToSaveWrapper) for m in model.modules()) and all(
-        isinstance(m, LoraLinear) and not m.merged and not any(m.use_dora.get(a, False) for a in m.active_adapters)
-        for m in layers
-    )
-    if not layers or not foldable:
-        yield
-        return
-    originals = []
-    try:
+    if not is_peft_model(model):
+        return []
+    sites = []
+    for parent in model.modules():
+        for attr, child in parent.named_children():
+            if isinstance(child, ModulesToSaveWrapper):
+                return []
+            if not isinstance(child, BaseTunerLayer):
+                continue
+            active = child.active_adapters
+            if (
+                not isinstance(child, LoraLinear)
+                or child.merged
+                or any(child.use_dora.get(a, False) for a in active)
+                or any(getattr(child, "lora_bias", {}).get(a, False) for a in active)
+            ):
+                return []
+            sites.append((parent, attr, child))
+    return sites
+
+
+class FoldedLora:
+    """A PEFT model's LoRA linears folded into plain weights while the student decodes.
+
+    `fold()` builds `W + scale * B @ A` (`get_delta_weight` of the active adapters) for every adapted linear, in new
+    tensors. `active()` puts them in place of the base weights and each base layer in place of its LoRA wrapper, and
+    yields the plain transformers model under the PEFT model: the decode forward runs no adapter code and no PEFT
+    forward. On exit the wrappers and the original weight tensors are put back as they were (bit for bit: they are
+    never written). The folded tensors are kept for the next call until `release()` (the end of a generation batch),
+    so a step folds once, not once per call; a fold is rebuilt when any parameter it was built from has changed
+    since (version counters and storage of the base weights and adapters, and the active adapters).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.sites = _lora_sites(model)
+        self.weights: list[torch.Tensor] | None = None
+        self._built_from = None
+
+    def _state(self):
+        return tuple(
+            (tuple(m.active_adapters), tuple((p._version, p.data_ptr()) for p in m.parameters()))
+            for _, _, m in self.sites
+        )
+
+    def fold(self) -> None:
+        state = self._state()
+        if self.weights is not None and self._built_from == state:
+            return
+        weights = []
         with torch.no_grad():
-            for m in layers:
-                adapters = [a for a in m.active_adapters if a in m.lora_A]
-                if not adapters:
-                    continue
+            for _, _, m in self.sites:
                 base = m.get_base_layer()
-                delta = sum(m.get_delta_weight(a) for a in adapters)
-                originals.append((base, base.weight.data))
-                base.weight.data = base.weight.data + delta.to(base.weight.dtype)
-        with use_adapter(model, adapter_name=None):
-            yield
-    finally:
-        for base, data in originals:
-            base.weight.data = data
+                adapters = [a for a in m.active_adapters if a in m.lora_A]
+                weight = base.weight.data
+                if adapters:
+                    weight = weight + sum(m.get_delta_weight(a) for a in adapters).to(weight.dtype)
+                weights.append(weight)
+        self.weights, self._built_from = weights, state
+
+    def release(self) -> None:
+        self.weights, self._built_from = None, None
+
+    @contextmanager
+    def active(self):
+        self.fold()
+        swapped = []
+        try:
+            for (parent, attr, m), weight in zip(self.sites, self.weights):
+                base = m.get_base_layer()
+                swapped.append((parent, attr, m, base, base.weight.data))
+                base.weight.data = weight
+                setattr(parent, attr, base)
+            yield self.model.get_base_model()
+        finally:
+            for parent, attr, m, base, data in reversed(swapped):
+                setattr(parent, attr, m)
+                base.weight.data = data

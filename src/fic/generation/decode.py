@@ -15,12 +15,24 @@ Lockstep (`synced`). When each forward is itself a collective (FSDP, DeepSpeed Z
 every process must run the same number of forwards. `synced(more: bool) -> bool` then tells the loop whether any
 process still has rows to decode; a process whose rows have all ended keeps one finished row in the cache and runs
 it, discarding what it writes, until every process is done (what `model.generate(synced_gpus=True)` does).
+
+Continuing a conversation (`decode_kept`). A multi-turn rollout asks for turn after turn of the same rows, each
+prompt the previous one plus the reply and the next user message (re-rendered and re-tokenized by the caller).
+`decode_kept` returns, with the continuations, the KV cache it ends with (`Kept`: every row kept, a finished row
+riding along under a zero attention mask instead of being dropped) and the token ids each row's cache holds. Given
+that back with the next prompts, it keeps each row's longest common prefix of cached ids and new prompt (always
+leaving at least one token to feed), masks the cache columns after it (a tokenization that differs from what was
+generated costs nothing but those columns), and feeds only the rest of each prompt, left-padded into one chunk:
+one forward over the new tokens instead of a prefill of the whole conversation. The context each row attends to is
+exactly its prompt's ids at positions 0..len-1, as in a fresh prefill; the logits differ by float noise only
+(other batch and chunk shapes).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -139,6 +151,120 @@ def decode(
         logits, cache = _forward(model, cache_kw, next_tok[:, None], attention_mask, next_pos[:, None], cache)
         next_pos = next_pos + 1
     return [tokens[b * n : (b + 1) * n] for b in range(len(prompts))]
+
+
+@dataclass
+class Kept:
+    """The KV cache a `decode_kept` call ends with, to continue from (see the module docstring).
+
+    `mask` and `positions` have one column per cache position: 1 where the column holds a token of the row's context
+    (`positions`: its position there, -1 elsewhere). `tokens[r]`: the ids row `r`'s unmasked columns hold, in order.
+    The cache is consumed (reordered in place) by the call it is given to."""
+
+    cache: object
+    mask: torch.Tensor
+    positions: torch.Tensor
+    tokens: list[list[int]]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def decode_kept(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    end_ids: set[int],
+    pad_id: int,
+    pick: Pick = greedy_pick,
+    keep_end: bool = False,
+    synced: Callable[[bool], bool] | None = None,
+    call_kwargs: tuple[str, dict] | None = None,
+    kept: Kept | None = None,
+    rows: list[int | None] | None = None,
+) -> tuple[list[list[int]], Kept]:
+    """One continuation per prompt, and the KV cache to continue from (see the module docstring).
+
+    `kept`, `rows`: a previous call's `Kept` and, per prompt, the row of it to continue (`None`: no reuse, the whole
+    prompt is fed). Other arguments as in `decode` (one sample per prompt). Returns the continuations (the end token
+    kept with `keep_end=True`, as in `decode`) and the new `Kept`, one row per prompt.
+    """
+    if not prompts or any(not ids for ids in prompts):
+        raise ValueError("decode_kept(prompts=...): needs at least one prompt, each with at least one token id")
+    cache_kw, prefill_kw = call_kwargs or model_kwargs(model)
+    device = _device(model)
+    count = len(prompts)
+    if kept is not None:
+        rows = list(rows) if rows is not None else list(range(count))
+        if len(rows) != count:
+            raise ValueError(f"decode_kept(rows=...): one entry per prompt ({count}), got {len(rows)}")
+        idx = torch.tensor([r if r is not None else 0 for r in rows], device=device)
+        cache = kept.cache
+        cache.reorder_cache(idx)
+        common = [
+            0 if r is None else min(_common_prefix(kept.tokens[r], ids), len(ids) - 1) for r, ids in zip(rows, prompts)
+        ]
+        limit = torch.tensor(common, device=device)[:, None]
+        held = (kept.mask[idx] > 0) & (kept.positions[idx] < limit) & (kept.positions[idx] >= 0)
+        past_mask = held.long()
+        past_pos = torch.where(held, kept.positions[idx], -1)
+    else:
+        cache, common = None, [0] * count
+        past_mask = torch.zeros((count, 0), dtype=torch.long, device=device)
+        past_pos = torch.zeros((count, 0), dtype=torch.long, device=device)
+    tails = [ids[c:] for ids, c in zip(prompts, common)]
+    width = max(len(t) for t in tails)
+    input_ids = torch.full((count, width), pad_id, dtype=torch.long)
+    chunk_pos = torch.full((count, width), -1, dtype=torch.long)
+    for b, (tail, c) in enumerate(zip(tails, common)):
+        input_ids[b, width - len(tail) :] = torch.tensor(tail)
+        chunk_pos[b, width - len(tail) :] = torch.arange(c, c + len(tail))
+    input_ids, chunk_pos = input_ids.to(device), chunk_pos.to(device)
+    attention_mask = torch.cat([past_mask, (chunk_pos >= 0).long()], dim=-1)
+    positions = torch.cat([past_pos, chunk_pos], dim=-1)
+    logits, cache = _forward(model, cache_kw, input_ids, attention_mask, chunk_pos.clamp(min=0), cache, **prefill_kw)
+    next_pos = torch.tensor([len(ids) for ids in prompts], device=device)
+    context = [list(ids) for ids in prompts]  # what each row's unmasked cache columns hold
+    tokens: list[list[int]] = [[] for _ in range(count)]
+    writing = [True] * count
+    all_rows = list(range(count))
+    for step in range(max_new_tokens):
+        next_tok = pick(logits, all_rows)
+        fed = []
+        for row, tok in enumerate(next_tok.tolist()):
+            if not writing[row]:
+                continue
+            if tok in end_ids:
+                writing[row] = False
+                if keep_end:
+                    tokens[row].append(tok)
+                continue
+            tokens[row].append(tok)
+            fed.append(row)
+        last = step == max_new_tokens - 1
+        more = bool(fed) and not last
+        if synced is not None and not last:
+            more = synced(more)
+        if not more:
+            break
+        # rows that have ended ride along: a pad token under a zero mask, nothing recorded
+        live = torch.zeros(count, dtype=torch.bool, device=device)
+        if fed:
+            live[torch.tensor(fed, device=device)] = True
+        step_ids = torch.where(live, next_tok, torch.full_like(next_tok, pad_id))
+        for row in fed:
+            context[row].append(tokens[row][-1])
+        attention_mask = torch.cat([attention_mask, live.long()[:, None]], dim=-1)
+        positions = torch.cat([positions, torch.where(live, next_pos, -1)[:, None]], dim=-1)
+        logits, cache = _forward(model, cache_kw, step_ids[:, None], attention_mask, next_pos[:, None], cache)
+        next_pos = next_pos + live.long()
+    return tokens, Kept(cache=cache, mask=attention_mask, positions=positions, tokens=context)
 
 
 def sampling_pick(

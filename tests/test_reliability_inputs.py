@@ -79,7 +79,7 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 @pytest.mark.slow
-def test_train_py_model_or_dataset_offline_fails_with_one_line(tiny, tmp_path):
+def test_train_py_model_or_dataset_offline_fails_with_one_line(tiny, tmp_path, shared_data):
     """A recipe naming a model, or a dataset, that is neither cached nor reachable: exit 1, one `error:` line naming
     it and how to point at a local copy (two processes side by side, with empty caches and the hub switched off)."""
     from test_reliability_eval import child_env, finish, start
@@ -90,7 +90,9 @@ def test_train_py_model_or_dataset_offline_fails_with_one_line(tiny, tmp_path):
     base = [sys.executable, "train.py", "recipe=collab_sft_tiny", "followup_contexts=[]", "eval.datasets=[]", "eval.enabled=false",
             "max_steps=1", "report_to=none"]  # fmt: skip
     cases = {
-        "model": [f"output_dir={tmp_path / 'o1'}", "model_name_or_path=some-org/not-cached-model"],
+        # readable data (the data are checked first, before any model loads), a model that is nowhere
+        "model": [f"output_dir={tmp_path / 'o1'}", "model_name_or_path=some-org/not-cached-model",
+                  f"train_datasets=[mt_bench:{shared_data / 'mt_bench' / 'question.jsonl'}]"],  # fmt: skip
         "dataset": [f"output_dir={tmp_path / 'o2'}", f"model_name_or_path={tiny}", "train_datasets=[mt_bench]"],
     }
     procs = {name: start([*base, *extra], tmp_path / f"{name}.log", env) for name, extra in cases.items()}

@@ -107,10 +107,10 @@ def test_probe_and_llm_judge_against_transformers_serve(served, shared_data, tmp
          "none", "--response-tokens", "48", "--max-new-tokens", "24", "--out", str(out))  # fmt: skip
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(isinstance(r["user_turn"], str) for r in rows)
-    judged = tmp_path / "judged.jsonl"
-    _fic("judge", str(out / "samples.jsonl"), "-o", str(judged), "--judge", "llm", "--base-url", base_url, "--model",
-         model, "--concurrency", "2", "--timeout", "120")  # fmt: skip
-    verdicts = [json.loads(line) for line in judged.read_text().splitlines()]
+    judged = tmp_path / "judged"
+    _fic("judge", str(out / "samples.jsonl"), "--out", str(judged), "--judge", "llm", "--judge-base-url", base_url,
+         "--judge-model", model, "--concurrency", "2", "--timeout", "120")  # fmt: skip
+    verdicts = [json.loads(line) for line in (judged / "judgements.jsonl").read_text().splitlines()]
     assert len(verdicts) == 2
     # A 135M model is a poor judge, but its replies (a fenced object, often followed by prose, rarely a confidence)
     # must be read as verdicts where they hold a valid label; failures are counted as judge_error, never guessed.

@@ -1,6 +1,6 @@
 """Heuristic follow-up judge: accuracy and speed on MT-Bench second turns (real data, CPU).
 
-Cases (as in tests/test_judges.py): for each of the 30 MT-Bench items with a GPT-4 reference, context = first
+Cases (`fic.judges.constructed`, as in tests/test_judges.py): for each of the 30 MT-Bench items with a GPT-4 reference, context = first
 question + reference answer; the real human second turn (should be genuine), the first question verbatim and
 lightly edited (restatements), and the longest sentence of the answer (a copy). Speed counts judge() calls only
 (the encoder is loaded and warmed up first) and takes the best of `--repeats` runs.
@@ -11,9 +11,7 @@ lightly edited (restatements), and the longest sentence of the answer (a copy). 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,42 +19,10 @@ from pathlib import Path
 import torch
 
 from fic.judges.base import Case
+from fic.judges.constructed import mt_bench_constructed_cases
 from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig, get_encoder
 
 DATA = Path(os.environ.get("FIC_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
-
-
-def mt_bench_cases(data_dir: Path) -> list[tuple[Case, str]]:
-    questions = {}
-    for line in (data_dir / "mt_bench" / "question.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        questions[row["question_id"]] = row
-    # First turns of items from other categories, as unrelated new tasks.
-    fresh = [
-        q["turns"][0] for q in questions.values() if q["category"] in ("writing", "roleplay", "stem", "humanities")
-    ]
-    out = []
-    for k, line in enumerate((data_dir / "mt_bench" / "reference_answer_gpt-4.jsonl").read_text().splitlines()):
-        ref = json.loads(line)
-        q1, q2 = questions[ref["question_id"]]["turns"]
-        a1 = ref["choices"][0]["turns"][0]
-        messages = [{"role": "user", "content": q1}, {"role": "assistant", "content": a1}]
-        sentences = re.split(r"(?<=[.!?])\s+", q1.strip())
-        edits = [
-            "Again: " + q1,
-            " ".join(sentences[1:]) if len(sentences) > 1 else " ".join(q1.split()[:-2]),
-            re.sub(r"[^\w\s]", "", q1.lower()),
-        ]
-        spans = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", a1) if s.strip()]
-        unrelated = fresh[k % len(fresh)]
-        out += [
-            (Case(messages, unrelated), "new_task"),
-            (Case(messages, q2), "genuine"),
-            (Case(messages, q1), "restate_verbatim"),
-            (Case(messages, edits[k % 3]), "restate_edit"),
-            (Case(messages, max(spans, key=len)), "copy"),
-        ]
-    return out
 
 
 def timed(judge: HeuristicJudge, cases: list[Case], repeats: int) -> tuple[float, float, list]:
@@ -86,7 +52,7 @@ def main() -> None:
     get_encoder().encode(["warm up"])
     load = time.perf_counter() - start
     judge = HeuristicJudge(HeuristicJudgeConfig(max_seq_length=args.max_seq_length))
-    labelled = mt_bench_cases(DATA)
+    labelled = mt_bench_constructed_cases(DATA)
     cases = [c for c, _ in labelled]
 
     wall, cpu, verdicts = timed(judge, cases, args.repeats)

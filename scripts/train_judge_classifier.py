@@ -92,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.mt_bench:
         # Real people's second turns (after GPT-4's answer) and failures built from them: the human side of the
         # distribution, rare among a small model's turns. Always in training, never in a score.
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from bench_judges import mt_bench_cases
+        from fic.judges.constructed import mt_bench_constructed_cases
 
-        for case, kind in mt_bench_cases(Path(args.mt_bench)):
+        for case, kind in mt_bench_constructed_cases(args.mt_bench):
             label = CONSTRUCTED_LABELS[kind]
             rows.append({"messages": case.messages, "user_turn": case.user_turn, "label": label, "source": "constructed",
                          "genuine": label == GENUINE_FOLLOWUP, "split": "constructed", "dataset": "mt_bench",

@@ -22,6 +22,7 @@ from fic.judges.command import (
     run_agreement,
     run_judge,
 )
+from fic.judges.constructed import mt_bench_constructed_cases
 from fic.judges.heuristic import HeuristicJudge
 from fic.judges.llm import PROMPT_VERSION, LLMJudge, build_prompt, parse_reply
 from fic.metrics import agreement, cohen_kappa
@@ -444,48 +445,8 @@ def test_fic_judge_bad_lines(tmp_path, capsys):
 # ---------------------------------------------------------------- real data: MT-Bench second turns
 
 
-def mt_bench_probe_cases(data_dir) -> list[tuple[Case, str]]:
-    """(case, kind) on the 30 MT-Bench items with GPT-4 references: context = first question + reference answer.
-
-    kinds: `genuine` (the real human second turn), `restate_verbatim` (the first question), `restate_edit` (the
-    first question lightly edited: a prefix, its first sentence dropped, or lower-cased without punctuation),
-    `copy` (the longest sentence of the reference answer), `new_task` (the first question of an item from another
-    category: writing, roleplay, stem, humanities).
-    """
-    questions = {}
-    for line in (data_dir / "mt_bench" / "question.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        questions[row["question_id"]] = row
-    # First turns of items from other categories, as unrelated new tasks.
-    fresh = [
-        q["turns"][0] for q in questions.values() if q["category"] in ("writing", "roleplay", "stem", "humanities")
-    ]
-    out = []
-    for k, line in enumerate((data_dir / "mt_bench" / "reference_answer_gpt-4.jsonl").read_text().splitlines()):
-        ref = json.loads(line)
-        q1, q2 = questions[ref["question_id"]]["turns"]
-        a1 = ref["choices"][0]["turns"][0]
-        messages = [{"role": "user", "content": q1}, {"role": "assistant", "content": a1}]
-        sentences = re.split(r"(?<=[.!?])\s+", q1.strip())
-        edits = [
-            "Again: " + q1,
-            " ".join(sentences[1:]) if len(sentences) > 1 else " ".join(q1.split()[:-2]),
-            re.sub(r"[^\w\s]", "", q1.lower()),
-        ]
-        spans = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", a1) if s.strip()]
-        unrelated = fresh[k % len(fresh)]
-        out += [
-            (Case(messages, unrelated), "new_task"),
-            (Case(messages, q2), "genuine"),
-            (Case(messages, q1), "restate_verbatim"),
-            (Case(messages, edits[k % 3]), "restate_edit"),
-            (Case(messages, max(spans, key=len)), "copy"),
-        ]
-    return out
-
-
 def test_heuristic_on_mt_bench_turns(heuristic, shared_data):
-    cases = mt_bench_probe_cases(shared_data)
+    cases = mt_bench_constructed_cases(shared_data)
     assert len(cases) == 150
     verdicts = heuristic.judge([c for c, _ in cases])
     by_kind: dict[str, list[bool]] = {}

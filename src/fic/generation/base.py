@@ -75,7 +75,6 @@ class Backend(abc.ABC):
 
     name: str = "base"
 
-    @abc.abstractmethod
     def generate(
         self,
         prompts: list[str],
@@ -84,6 +83,12 @@ class Backend(abc.ABC):
         keep_special_tokens: bool = True,
     ) -> list[list[str]]:
         """Return `params.n` continuations for each prompt, in prompt order (see the module docstring)."""
+        prompts = check_prompts(prompts)
+        return self._generate(prompts, params, progress, keep_special_tokens) if prompts else []
+
+    @abc.abstractmethod
+    def _generate(self, prompts: list[str], params: SamplingParams, progress: bool, keep_special_tokens: bool):
+        """`generate` on checked, non-empty `prompts`: what each backend implements."""
 
 
 def derive_seed(seed: int, *indices: int) -> int:

@@ -30,7 +30,7 @@ import os
 import torch
 from tqdm.auto import tqdm
 
-from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+from fic.generation.base import Backend, SamplingParams, cut_at_stop, derive_seed
 from fic.generation.decode import decode, model_kwargs
 
 logger = logging.getLogger(__name__)
@@ -117,16 +117,7 @@ class HFBackend(Backend):
         device = getattr(self.model, "device", None)
         return torch.device(device) if device is not None else next(self.model.parameters()).device
 
-    def generate(
-        self,
-        prompts: list[str],
-        params: SamplingParams,
-        progress: bool = False,
-        keep_special_tokens: bool = True,
-    ) -> list[list[str]]:
-        prompts = check_prompts(prompts)
-        if not prompts:
-            return []
+    def _generate(self, prompts, params, progress, keep_special_tokens) -> list[list[str]]:
         token_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         empty = [i for i, ids in enumerate(token_ids) if not ids]
         if empty:

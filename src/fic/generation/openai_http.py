@@ -256,14 +256,7 @@ class OpenAICompletionsBackend(Backend):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, endpoint={self.endpoint!r})"
 
-    def generate(
-        self,
-        prompts: list[str],
-        params: SamplingParams,
-        progress: bool = False,
-        keep_special_tokens: bool = True,
-    ) -> list[list[str]]:
-        prompts = check_prompts(prompts)
+    def _generate(self, prompts, params, progress, keep_special_tokens) -> list[list[str]]:
         return run_sync(lambda: self.agenerate(prompts, params, progress, keep_special_tokens))
 
     def payload(self, prompt: str, index: int, params: SamplingParams, keep_special_tokens: bool = True) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+from fic.generation.base import Backend, SamplingParams, cut_at_stop, derive_seed
 
 logger = logging.getLogger(__name__)
 
@@ -59,16 +59,7 @@ class VLLMBackend(Backend):
             skip_special_tokens=not keep_special_tokens,
         )
 
-    def generate(
-        self,
-        prompts: list[str],
-        params: SamplingParams,
-        progress: bool = False,
-        keep_special_tokens: bool = True,
-    ) -> list[list[str]]:
-        prompts = check_prompts(prompts)
-        if not prompts:
-            return []
+    def _generate(self, prompts, params, progress, keep_special_tokens) -> list[list[str]]:
         inputs = [{"prompt_token_ids": self.tokenizer.encode(p, add_special_tokens=False)} for p in prompts]
         sampling = [self.sampling_params(params, i, keep_special_tokens) for i in range(len(prompts))]
         outputs = self.llm.generate(inputs, sampling_params=sampling, use_tqdm=progress)

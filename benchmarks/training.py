@@ -332,3 +332,61 @@ def import_training_stack() -> None:
 
 def spec_settings(spec: Spec) -> dict:
     return asdict(spec)
+
+
+MEMORY_STEPS = 2  # steps each memory worker runs after building its trainer
+STEPS_PER_ROUND = 1  # timed steps per trainer per round
+
+
+@dataclass
+class Comparison:
+    """What `compare` measured: per trainer kind, the median step seconds (`times`: the ratio clock, CPU time on
+    CPU; `wall`: wall-clock), the memory worker's peaks, and every timed step (`seconds_wall`, `seconds_cpu`)."""
+
+    args: object
+    spec: Spec
+    path: str
+    times: dict
+    wall: dict
+    mem: dict
+    clock: str
+    seconds_wall: dict
+    seconds_cpu: dict
+
+    def emit(self, name: str, figures: dict, **settings) -> dict:
+        """`common.emit` with the settings every trainer comparison records."""
+        first = next(iter(self.mem.values()))
+        return common.emit(
+            name, figures, self.args, **spec_settings(self.spec), model=Path(self.path).name,
+            memory_steps=MEMORY_STEPS, steps_per_round=STEPS_PER_ROUND, memory_method=first["method"], clock=self.clock,
+            seconds_wall=self.seconds_wall, seconds_cpu=self.seconds_cpu, **settings,
+        )  # fmt: skip
+
+
+def compare(script: str, doc: str, sizes: dict, kinds: tuple[str, ...], argv: list[str] | None):
+    """The flow of a trainer-vs-trainer benchmark: parse the arguments, build the model and the examples, measure each
+    kind's peak memory in a fresh worker process, then time the trainers taking turns in this one.
+
+    Returns a `Comparison`, or, when this process is a memory worker (`--worker KIND`), the dict the worker hands
+    back (the script returns it as is).
+    """
+    args = common.parse(common.parser(doc, default_repeats=4), argv)
+    spec = sizes[args.size]
+    if args.worker:
+        import_training_stack()
+    from transformers import AutoTokenizer
+
+    path = build_model(spec, seed=args.seed)
+    examples = make_examples(AutoTokenizer.from_pretrained(path), spec, 64, seed=args.seed)
+    if args.worker:
+        return common.worker_result(
+            **memory_worker(args.worker, path, spec, examples, args.device, args.seed, MEMORY_STEPS)
+        )
+    mem = {k: common.run_worker(script, k, args) for k in kinds}
+    trainers = {k: make_trainer(k, path, spec, examples, args.device, args.seed) for k in kinds}
+    wall, cpu = timed_rounds(trainers, args.device, args.repeats, STEPS_PER_ROUND, max(1, args.warmup))
+    times, clock = common.ratio_times(args.device, wall, cpu)
+    return Comparison(
+        args=args, spec=spec, path=path, times={k: common.median(v) for k, v in times.items()},
+        wall={k: common.median(v) for k, v in wall.items()}, mem=mem, clock=clock, seconds_wall=wall, seconds_cpu=cpu,
+    )  # fmt: skip

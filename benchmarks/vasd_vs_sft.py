@@ -42,44 +42,23 @@ SIZES = {
     ),  # fmt: skip
 }
 KINDS = ("vasd", "sft")
-STEPS_PER_ROUND = 1
-MEMORY_STEPS = 2
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = common.parse(common.parser(__doc__, default_repeats=4), argv)
-    spec = SIZES[args.size]
-    if args.worker:
-        training.import_training_stack()
-    from transformers import AutoTokenizer
-
-    path = training.build_model(spec, seed=args.seed)
-    examples = training.make_examples(AutoTokenizer.from_pretrained(path), spec, 64, seed=args.seed)
-    if args.worker:
-        return common.worker_result(
-            **training.memory_worker(args.worker, path, spec, examples, args.device, args.seed, MEMORY_STEPS)
-        )
-
-    mem = {k: common.run_worker(__file__, k, args) for k in KINDS}
-    trainers = {k: training.make_trainer(k, path, spec, examples, args.device, args.seed) for k in KINDS}
-    wall, cpu = training.timed_rounds(trainers, args.device, args.repeats, STEPS_PER_ROUND, max(1, args.warmup))
-    times, clock = common.ratio_times(args.device, wall, cpu)
-    t = {k: common.median(v) for k, v in times.items()}
-    t_wall = {k: common.median(v) for k, v in wall.items()}
+    c = training.compare(__file__, __doc__, SIZES, KINDS, argv)
+    if not isinstance(c, training.Comparison):
+        return c  # a memory worker's result
     figures = {
-        "time_ratio": common.ratio(t["vasd"], t["sft"]),
-        "time_ratio_wall": common.ratio(t_wall["vasd"], t_wall["sft"]),
-        "peak_mem_ratio": common.ratio(mem["vasd"]["peak_bytes"], mem["sft"]["peak_bytes"]),
-        "step_peak_mem_ratio": common.ratio(mem["vasd"]["step_peak_bytes"], mem["sft"]["step_peak_bytes"]),
-        "vasd_step_s": t_wall["vasd"],
-        "sft_step_s": t_wall["sft"],
-        "vasd_peak_mib": mem["vasd"]["peak_bytes"] / 2**20,
-        "sft_peak_mib": mem["sft"]["peak_bytes"] / 2**20,
+        "time_ratio": common.ratio(c.times["vasd"], c.times["sft"]),
+        "time_ratio_wall": common.ratio(c.wall["vasd"], c.wall["sft"]),
+        "peak_mem_ratio": common.ratio(c.mem["vasd"]["peak_bytes"], c.mem["sft"]["peak_bytes"]),
+        "step_peak_mem_ratio": common.ratio(c.mem["vasd"]["step_peak_bytes"], c.mem["sft"]["step_peak_bytes"]),
+        "vasd_step_s": c.wall["vasd"],
+        "sft_step_s": c.wall["sft"],
+        "vasd_peak_mib": c.mem["vasd"]["peak_bytes"] / 2**20,
+        "sft_peak_mib": c.mem["sft"]["peak_bytes"] / 2**20,
     }
-    return common.emit(
-        NAME, figures, args, **training.spec_settings(spec), model=Path(path).name, memory_steps=MEMORY_STEPS,
-        steps_per_round=STEPS_PER_ROUND, memory_method=mem["vasd"]["method"], clock=clock, seconds_wall=wall, seconds_cpu=cpu,
-    )  # fmt: skip
+    return c.emit(NAME, figures)
 
 
 if __name__ == "__main__":

@@ -48,44 +48,24 @@ SIZES = {
     ),  # fmt: skip
 }
 KINDS = ("vasd", "sdft", "distill")
-STEPS_PER_ROUND = 1
-MEMORY_STEPS = 2
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = common.parse(common.parser(__doc__, default_repeats=4), argv)
-    spec = SIZES[args.size]
-    if args.worker:
-        training.import_training_stack()
-    from transformers import AutoTokenizer
-
-    path = training.build_model(spec, seed=args.seed)
-    examples = training.make_examples(AutoTokenizer.from_pretrained(path), spec, 64, seed=args.seed)
-    if args.worker:
-        return common.worker_result(
-            **training.memory_worker(args.worker, path, spec, examples, args.device, args.seed, MEMORY_STEPS)
-        )
-
-    mem = {k: common.run_worker(__file__, k, args) for k in KINDS}
-    trainers = {k: training.make_trainer(k, path, spec, examples, args.device, args.seed) for k in KINDS}
-    wall, cpu = training.timed_rounds(trainers, args.device, args.repeats, STEPS_PER_ROUND, max(1, args.warmup))
-    times, clock = common.ratio_times(args.device, wall, cpu)
-    t = {k: common.median(v) for k, v in times.items()}
-    t_wall = {k: common.median(v) for k, v in wall.items()}
+    c = training.compare(__file__, __doc__, SIZES, KINDS, argv)
+    if not isinstance(c, training.Comparison):
+        return c  # a memory worker's result
     figures = {}
     for trl_kind in ("sdft", "distill"):
-        figures[f"time_ratio_{trl_kind}"] = common.ratio(t["vasd"], t[trl_kind])
-        figures[f"time_ratio_{trl_kind}_wall"] = common.ratio(t_wall["vasd"], t_wall[trl_kind])
-        figures[f"peak_mem_ratio_{trl_kind}"] = common.ratio(mem["vasd"]["peak_bytes"], mem[trl_kind]["peak_bytes"])
+        figures[f"time_ratio_{trl_kind}"] = common.ratio(c.times["vasd"], c.times[trl_kind])
+        figures[f"time_ratio_{trl_kind}_wall"] = common.ratio(c.wall["vasd"], c.wall[trl_kind])
+        figures[f"peak_mem_ratio_{trl_kind}"] = common.ratio(
+            c.mem["vasd"]["peak_bytes"], c.mem[trl_kind]["peak_bytes"]
+        )
     for kind in KINDS:
-        figures[f"{kind}_step_s"] = t_wall[kind]
+        figures[f"{kind}_step_s"] = c.wall[kind]
     for kind in KINDS:
-        figures[f"{kind}_peak_mib"] = mem[kind]["peak_bytes"] / 2**20
-    return common.emit(
-        NAME, figures, args, **training.spec_settings(spec), model=Path(path).name, memory_steps=MEMORY_STEPS,
-        steps_per_round=STEPS_PER_ROUND, memory_method=mem["vasd"]["method"], clock=clock, seconds_wall=wall, seconds_cpu=cpu,
-        step_peak_mib={k: mem[k]["step_peak_bytes"] / 2**20 for k in KINDS},
-    )  # fmt: skip
+        figures[f"{kind}_peak_mib"] = c.mem[kind]["peak_bytes"] / 2**20
+    return c.emit(NAME, figures, step_peak_mib={k: c.mem[k]["step_peak_bytes"] / 2**20 for k in KINDS})
 
 
 if __name__ == "__main__":

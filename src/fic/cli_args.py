@@ -16,7 +16,7 @@ Older spellings still parse but are hidden from `-h`: `--n` (now `--samples`), `
 `fic judge --base-url / --model` (`--judge-base-url / --judge-model`).
 
 The evaluation commands take their defaults from `fic.eval.config.EvalConfig`, so `fic probe` and the checkpoint
-callback measure a checkpoint the same way; this module imports nothing of fic but `fic.errors`.
+callback measure a checkpoint the same way; this module imports only `fic.errors` and the judge kinds of fic.
 """
 
 from __future__ import annotations

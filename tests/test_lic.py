@@ -108,7 +108,9 @@ def test_resume_with_other_settings_is_refused(tmp_path):
     for change in ({"model": "b"}, {"temperature": 0.7}, {"user": lic.LLMUser("http://localhost:1/v1", "u")}):
         backend = ScriptedBackend(tasks)
         with pytest.raises(ResumeError, match="other settings .*new --out"):
-            lic.run_lic(backend, tok, tasks, tmp_path, **{"modes": ["full"], "model": "a", "progress": False, **change})
+            lic.run_lic(
+                backend, tok, tasks, tmp_path, **{"modes": ["full"], "model": "a", "progress": False, **change}
+            )
         assert backend.calls == 0
     summary = lic.run_lic(ScriptedBackend(tasks), tok, tasks, tmp_path, model="a", progress=False)  # more modes
     assert set(summary["modes"]) == {"full", "concat", "sharded"}

@@ -91,8 +91,11 @@ def test_train_py_model_or_dataset_offline_fails_with_one_line(tiny, tmp_path, s
             "max_steps=1", "report_to=none"]  # fmt: skip
     cases = {
         # readable data (the data are checked first, before any model loads), a model that is nowhere
-        "model": [f"output_dir={tmp_path / 'o1'}", "model_name_or_path=some-org/not-cached-model",
-                  f"train_datasets=[mt_bench:{shared_data / 'mt_bench' / 'question.jsonl'}]"],  # fmt: skip
+        "model": [
+            f"output_dir={tmp_path / 'o1'}",
+            "model_name_or_path=some-org/not-cached-model",
+            f"train_datasets=[mt_bench:{shared_data / 'mt_bench' / 'question.jsonl'}]",
+        ],  # fmt: skip
         "dataset": [f"output_dir={tmp_path / 'o2'}", f"model_name_or_path={tiny}", "train_datasets=[mt_bench]"],
     }
     procs = {name: start([*base, *extra], tmp_path / f"{name}.log", env) for name, extra in cases.items()}

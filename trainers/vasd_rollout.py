@@ -80,6 +80,7 @@ class Rollouts:
         self.merge_lora = True  # see FoldedLora
         self._folded: FoldedLora | None = None
         self._kept: Kept | None = None  # the student's KV cache after the last shard turn (see student_views)
+        self._reuse = False  # see _continuing
 
     # ------------------------------------------------------------------ what a step asks for
 
@@ -105,10 +106,11 @@ class Rollouts:
             active = [i for i, s in enumerate(shards_list) if turn < len(s) - 1]
             convos = [sharded_view(shards_list[i][: turn + 1], replies[i]) for i in active]
             prompt_ids = [list(ids) for ids in t._tokenize_prompts(convos)[0]] if convos else []
-            outputs = self.generate(
-                prompt_ids, as_teacher=False, temperature=args.rollout_temperature, max_new_tokens=max_new_tokens,
-                greedy_override=True, reuse=True,
-            )  # fmt: skip
+            with self._continuing(True):
+                outputs = self.generate(
+                    prompt_ids, as_teacher=False, temperature=args.rollout_temperature,
+                    max_new_tokens=max_new_tokens, greedy_override=True,
+                )  # fmt: skip
             texts = t._tokenizer.batch_decode(outputs, skip_special_tokens=True)
             for i, text in zip(active, texts):
                 replies[i].append(text.strip() or "...")
@@ -126,10 +128,11 @@ class Rollouts:
         try:
             for source, prompts in (("student", student_ids), ("teacher", teacher_ids)):
                 idx = [i for i, s in enumerate(sources) if s == source]
-                ids = self.generate(
-                    [prompts[i] for i in idx], as_teacher=source == "teacher", temperature=t.temperature,
-                    max_new_tokens=t.max_completion_length, reuse=source == "student",
-                )  # fmt: skip
+                with self._continuing(source == "student"):
+                    ids = self.generate(
+                        [prompts[i] for i in idx], as_teacher=source == "teacher", temperature=t.temperature,
+                        max_new_tokens=t.max_completion_length,
+                    )  # fmt: skip
                 for i, completion in zip(idx, ids):
                     out[i] = list(completion)
         finally:
@@ -146,15 +149,15 @@ class Rollouts:
         temperature: float,
         max_new_tokens: int | None,
         greedy_override: bool = False,
-        reuse: bool = False,
     ) -> list[list[int]]:
         """One response (token ids, the end token included) per prompt, by the student or the teacher.
 
         `greedy_override`: the call has settings of its own (the shard replies: `rollout_temperature`,
-        `rollout_max_new_tokens`) rather than the trainer's on-policy ones. `reuse` (student calls of the decode
-        loop only): continue from the KV cache the previous such call kept, where a prompt extends a row of it
-        (`fic.generation.decode.decode_kept`), and keep this call's cache for the next one. With several processes,
-        every process must call this the same number of times (see the module docstring); it returns `[]` without
+        `rollout_max_new_tokens`) rather than the trainer's on-policy ones. Inside `_continuing(True)` (the shard
+        turns and the on-policy responses; student calls of the decode loop only) it continues from the KV cache the
+        previous such call kept, where a prompt extends a row of it (`fic.generation.decode.decode_kept`), and keeps
+        this call's cache for the next one. With several processes, every process must call this the same number of
+        times (see the module docstring); it returns `[]` without
         generating only when no process has a prompt.
         """
         t = self.trainer
@@ -173,7 +176,7 @@ class Rollouts:
             padded = list(prompt_ids) or dummy  # a process without prompts still joins the call
             if self.backend == "generate" or self._needs_generate():
                 return self._hf_generate(padded, as_teacher, temperature, max_new_tokens, greedy_override)[:local]
-            return self._fast(padded, as_teacher, temperature, max_new_tokens, reuse and not as_teacher)[:local]
+            return self._fast(padded, as_teacher, temperature, max_new_tokens, self._reuse and not as_teacher)[:local]
         finally:
             self.seconds[mode] += time.perf_counter() - start
 
@@ -279,6 +282,16 @@ class Rollouts:
         if self._folded is None or self._folded.model is not model:
             self._folded = FoldedLora(model)
         return self._folded.active() if self._folded.sites else nullcontext(model)
+
+    @contextmanager
+    def _continuing(self, on: bool):
+        """Calls made inside continue the kept KV cache (a flag, not an argument of `generate`, whose signature
+        stays what stand-ins of it, e.g. in the multi-process tests, implement)."""
+        saved, self._reuse = self._reuse, on
+        try:
+            yield
+        finally:
+            self._reuse = saved
 
     def release(self) -> None:
         """Free what is kept between the calls of one generation batch (folded LoRA weights, the KV cache)."""

@@ -88,8 +88,10 @@ class Rollouts:
         """Student views for rows given as shards: the current student answers every shard but the last.
 
         Episodes are played in lockstep, one batched call per shard index (greedy at `rollout_temperature=0`, as the
-        Lost-in-Conversation evaluation decodes). Returns `sharded_view(shards, replies)` per row. With several
-        processes every one of them makes as many calls as the process with the most shards, even with no rows.
+        Lost-in-Conversation evaluation decodes); on the decode loop each call continues the KV cache of the one
+        before, which `responses` continues too (see the module docstring). Returns `sharded_view(shards, replies)`
+        per row. With several processes every one of them makes as many calls as the process with the most shards,
+        even with no rows.
         """
         from fic.chat import sharded_view
 

@@ -109,9 +109,10 @@ def test_probe_and_llm_judge_against_transformers_serve(served, shared_data, tmp
     assert len(rows) == 2 and all(isinstance(r["user_turn"], str) for r in rows)
     judged = tmp_path / "judged"
     _fic("judge", str(out / "samples.jsonl"), "--out", str(judged), "--judge", "llm", "--judge-base-url", base_url,
-         "--judge-model", model, "--concurrency", "2", "--timeout", "120")  # fmt: skip
+         "--judge-model", model, "--concurrency", "2", "--timeout", "120", "--max-reasks", "0")  # fmt: skip
     verdicts = [json.loads(line) for line in (judged / "judgements.jsonl").read_text().splitlines()]
     assert len(verdicts) == 2
+    # One attempt per case (no re-asks): each SmolLM2 reply is up to 300 tokens on CPU, about a minute with re-asks.
     # A 135M model is a poor judge, but its replies (a fenced object, often followed by prose, rarely a confidence)
     # must be read as verdicts where they hold a valid label; failures are counted as judge_error, never guessed.
     assert all(v["label"] == "judge_error" or v["genuine"] == (v["label"] == "genuine_followup") for v in verdicts)

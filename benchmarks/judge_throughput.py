@@ -8,6 +8,9 @@ process after the encoder is loaded and warmed up (model load excluded):
   (recorded: the same distinct texts, batch size and `max_seq_length`), i.e. the encoder's batched throughput
   divided by the encodings a case needs (`encodings_per_case`).
 * `efficiency` = cases_per_s / encoder_bound_cases_per_s (target >= 0.8), and `cases_per_s` >= 50 on 2 cores.
+* `learned_cases_per_s`: the `learned` judge (the same rules plus the classifier of `fic.judges.classifier`, which
+  needs the encoder's similarities for every case the rules leave open) on the same cases, timed in the same turns
+  (target >= 50 on 2 cores); `learned_over_rules` = its time / the rules judge's time.
 
 Contexts are the 30 MT-Bench first questions with their GPT-4 reference answers (question + answer cut to at most
 512 encoder tokens); each gets `samples` user turns, as a probe drawing several samples per context would: the real
@@ -129,7 +132,7 @@ def record_encodes(encoder, fn) -> list[tuple[list[str], dict]]:
 
 
 def heuristic_figures(args, s) -> tuple[dict, dict]:
-    from fic.judges import HeuristicJudge
+    from fic.judges import HeuristicJudge, make_judge
     from fic.judges.heuristic import HeuristicJudgeConfig, get_encoder
 
     encoder = get_encoder()  # load once, outside every timing
@@ -148,8 +151,14 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         )
     encoded_cases = sum(("cos_q" in v.extra or "cos_a" in v.extra) for v in verdicts)
 
+    learned = make_judge("learned")
+    learned_verdicts = learned.judge(cases)  # loads the classifier file outside the timing
+
     def run_judge():
         judge.judge(cases)
+
+    def run_learned():
+        learned.judge(cases)
 
     def run_encoder():
         for texts, kw in calls:
@@ -157,9 +166,11 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
 
     cpu: dict[str, list[float]] = {}
     times = common.interleaved_times(
-        {"judge": run_judge, "encoder": run_encoder}, args.repeats, max(1, args.warmup), "cpu", cpu
-    )
+        {"judge": run_judge, "encoder": run_encoder, "learned": run_learned}, args.repeats, max(1, args.warmup),
+        "cpu", cpu,
+    )  # fmt: skip
     t_judge, t_encoder = common.median(times["judge"]), common.median(times["encoder"])
+    t_learned = common.median(times["learned"])
     n_texts = sum(len(texts) for texts, _ in calls)
     cases_per_s = len(cases) / t_judge
     bound = len(cases) / t_encoder
@@ -173,12 +184,15 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         # How many cores the judge really had (at most --threads): below it, other processes took the rest.
         "cores_used": common.median(cpu["judge"]) / t_judge,
         "cases_per_cpu_s": len(cases) / common.median(cpu["judge"]),
+        "learned_cases_per_s": len(cases) / t_learned,
+        "learned_over_rules": t_learned / t_judge,
     }
     settings = dict(
         cases=len(cases), contexts=len(contexts), samples_per_context=s["samples"], data=source,
         max_context_tokens=MAX_CONTEXT_TOKENS, encoder_max_seq_length=encoder.max_seq_length,
         encoder_batch_size=config.batch_size, encode_calls=len(calls), labels=dict(Counter(v.label for v in verdicts)),
-        seconds_judge=times["judge"], seconds_encoder=times["encoder"],
+        seconds_judge=times["judge"], seconds_encoder=times["encoder"], seconds_learned=times["learned"],
+        learned_labels=dict(Counter(v.label for v in learned_verdicts)),
     )  # fmt: skip
     return figures, settings
 

@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast bench quality clean
+.PHONY: venv demo test test-fast bench reproduce quality clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test-fast: venv
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py
+
+# The seed papers' tables on SmolLM2-135M-Instruct (about 90 min on 2 cores; resumable). One part: make reproduce PARTS=probe
+reproduce: venv
+	$(BIN)/python reproduce/run.py $(if $(PARTS),--parts $(PARTS))
 
 quality: venv
 	$(BIN)/ruff check .

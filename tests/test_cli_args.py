@@ -104,3 +104,20 @@ def test_help_keys_groups_by_owner_fic_first(capsys):
     assert titles.index("eval.* (EvalConfig)") < titles.index("GRPOConfig (trl)")
     assert "  contexts: list[str] = []" in text and "  eval.judge: one of heuristic | learned | llm | cascade" in text
     assert "  learning_rate: float = " in text
+
+
+@pytest.mark.parametrize("command", ["probe", "lic", "regret", "bag", "build-followups"])
+def test_batch_size_reaches_the_transformers_backend(command, monkeypatch):
+    """`--batch-size` sets the transformers backend's prompts per batch; an endpoint gets its URL instead."""
+    from fic import cli_args
+
+    required = {"probe": ["--model", "m", "--datasets", "gsm8k"], "lic": ["--model", "m"],
+                "regret": ["--scenario", "products", "--policy", "model", "--seed", "0"],
+                "bag": ["--model", "m", "--seed", "0"], "build-followups": []}[command]  # fmt: skip
+    parser = parser_for(command)
+    args = parser.parse_args([*required, "--out", "o", "--batch-size", "32"])
+    assert cli_args.backend_kwargs(args) == {"batch_size": 32}
+    args = parser.parse_args([*required, "--out", "o", "--base-url", "http://localhost:1/v1"])
+    assert cli_args.backend_kwargs(args) == {"base_url": "http://localhost:1/v1"}
+    with pytest.raises(SystemExit):
+        parser.parse_args([*required, "--out", "o", "--batch-size", "0"])

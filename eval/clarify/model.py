@@ -63,6 +63,10 @@ class ChatModel:
 
 
 @functools.lru_cache(maxsize=4)
-def load_chat_model(model: str, backend: str = "transformers", base_url: str | None = None) -> ChatModel:
-    """A `ChatModel`, loaded once per process for each (model, backend, base_url)."""
-    return ChatModel(model, backend=backend, **({"base_url": base_url} if base_url else {}))
+def load_chat_model(model: str, backend: str = "transformers", base_url: str | None = None,
+                    batch_size: int | None = None) -> ChatModel:  # fmt: skip
+    """A `ChatModel`, loaded once per process for each (model, backend, base_url, batch_size)."""
+    kwargs = {"base_url": base_url} if base_url else {}
+    if batch_size and backend == "transformers":
+        kwargs["batch_size"] = batch_size
+    return ChatModel(model, backend=backend, **kwargs)

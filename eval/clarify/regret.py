@@ -161,7 +161,9 @@ class _Factory:
         if self._model is None and self.args.model:
             from fic.eval.clarify.model import load_chat_model
 
-            self._model = load_chat_model(self.args.model, backend_name(self.args), self.args.base_url)
+            self._model = load_chat_model(
+                self.args.model, backend_name(self.args), self.args.base_url, getattr(self.args, "batch_size", None)
+            )
         return self._model
 
     def user_model(self):
@@ -170,7 +172,12 @@ class _Factory:
         if self._user_model is None:
             from fic.eval.clarify.model import load_chat_model
 
-            self._user_model = load_chat_model(self.args.user_model, backend_name(self.args), self.args.base_url)
+            self._user_model = load_chat_model(
+                self.args.user_model,
+                backend_name(self.args),
+                self.args.base_url,
+                getattr(self.args, "batch_size", None),
+            )
         return self._user_model
 
     def user(self, episode, profile: str):

@@ -103,11 +103,23 @@ def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tok
     parser.add_argument("--backend", default=backends[0], choices=backends, help="generation backend")
     parser.add_argument("--base-url", help="OpenAI-compatible /v1 completions endpoint serving --model (selects the "
                         "openai backend)")  # fmt: skip
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="transformers backend: prompts per batch "
+                        "(the decode batch holds batch-size x samples rows; larger is faster until memory runs out)")  # fmt: skip
 
 
 def backend_name(args) -> str:
     """The backend the model arguments select: `--base-url` means the OpenAI-compatible one."""
     return "openai" if getattr(args, "base_url", None) else args.backend
+
+
+def backend_kwargs(args) -> dict:
+    """`get_backend` keywords of the model arguments: the endpoint for openai, the batch size for transformers."""
+    name = backend_name(args)
+    if name == "openai":
+        return {"base_url": args.base_url}
+    if name == "transformers":
+        return {"batch_size": getattr(args, "batch_size", 8)}
+    return {}
 
 
 def add_judge_arguments(parser, default: str = "heuristic") -> None:

@@ -296,10 +296,10 @@ def _model_pieces(args):
 
     model = resolve_model_name(args.model)
     tokenizer = load_tokenizer(resolve_model_name(args.tokenizer) if args.tokenizer else model)
-    from fic.cli_args import backend_name
+    from fic.cli_args import backend_kwargs, backend_name
 
     name = backend_name(args)
-    kwargs = {"base_url": args.base_url} if name == "openai" else {}
+    kwargs = backend_kwargs(args)
     if name == "transformers":
         kwargs["tokenizer"] = tokenizer
     return get_backend(name, model=model, **kwargs), tokenizer

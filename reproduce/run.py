@@ -82,6 +82,7 @@ def summarize(out: Path, records: dict[str, dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from fic.cli_args import parse_list
     from fic.errors import FicError
+    from fic.jsonl import ResumeError
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise
                 except FicError as err:
                     _add_elapsed(out / name, time.time() - start)
-                    logger.error("%s failed: %s", name, err)
+                    hint = f" (or run it again from scratch: --redo {name})" if isinstance(err, ResumeError) else ""
+                    print(f"error: {name} failed: {err}{hint}", file=sys.stderr)
                     failed.append(name)
             elif done.exists():  # the report covers every finished part, run now or earlier
                 records[name] = json.loads(done.read_text(encoding="utf-8"))

@@ -1,0 +1,163 @@
+"""Part 1, the user-turn probe (the probe paper's Tables 1, 4 and 6) on SmolLM2-135M-Instruct.
+
+Contexts: the first `limit` items of GSM8K test, MT-Bench (first user turns), HealthBench and IFEval, each answered
+greedily by SmolLM2 itself. The probe appends the bare user header and samples the next user turn at each
+temperature; the controls (truncate the answer, append a generic question) run at the lowest and the highest
+temperature, with % changed against the unperturbed turn of the same seed. Every turn is judged by the validated
+`learned` judge. Two `fic probe` runs share one folder: the temperature sweep, then the controls (a rerun extends
+a probe folder with new temperatures and perturbations and skips what is done).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import common
+from common import Section, Table, Target
+
+from fic.metric_names import temperature_key
+
+TITLE = "User-turn probe (probe paper, Tables 1, 4 and 6)"
+SETTINGS = {
+    "model": common.MODEL,
+    "datasets": {
+        "gsm8k": "gsm8k/test.jsonl", "mt_bench": "mt_bench/question.jsonl",
+        "healthbench": "healthbench/oss_eval_first30.jsonl", "ifeval": "ifeval/input_data.jsonl",
+    },
+    "limit": 30,
+    "samples": 1,
+    "temperatures": [0.0, 0.3, 0.7, 1.0],
+    "control_temperatures": [0.0, 1.0],
+    "max_new_tokens": 48,
+    "response_tokens": 128,
+    "judge": common.JUDGE,
+    "seed": 0,
+    "batch_size": 32,
+}  # fmt: skip
+CONTROLS = ("truncate", "question")
+
+
+def _probe(out: Path, temperatures: list[float], perturbations: list[str]) -> None:
+    s = SETTINGS
+    specs = ",".join(f"{name}:{common.SHARED / path}" for name, path in s["datasets"].items())
+    common.fic([
+        "probe", "--model", s["model"], "--datasets", specs, "--limit", s["limit"], "--samples", s["samples"],
+        "--temperatures", ",".join(map(str, temperatures)), "--perturbations", ",".join(perturbations),
+        "--max-new-tokens", s["max_new_tokens"], "--response-tokens", s["response_tokens"], "--judge", s["judge"],
+        "--seed", s["seed"], "--batch-size", s["batch_size"], "--out", out / "probe",
+    ], out / "logs" / "probe.log")  # fmt: skip
+
+
+def _temp_key(t: float) -> str:
+    return f"{float(t):.1f}"
+
+
+def run(out: Path) -> Section:
+    s = SETTINGS
+    _probe(out, s["temperatures"], ["none"])
+    _probe(out, s["control_temperatures"], ["none", *CONTROLS])
+    probe = common.read_json(out / "probe" / "summary.json")
+    judge = common.judge_about()
+    rates, changed = probe["genuine_rate"], probe["percent_changed"]
+    datasets = list(s["datasets"])
+
+    summary = {"probe": {}, "percent_changed": {}, "labels": {}, "accuracy": probe["accuracy"], "n_samples": probe["n_samples"]}  # fmt: skip
+    for d in datasets:
+        summary["probe"][d] = {
+            _temp_key(t[1:]): {p: common.rate_only(cell) for p, cell in perts.items()}
+            for t, perts in rates.get(d, {}).items()
+        }  # fmt: skip
+        summary["percent_changed"][d] = {
+            p: {_temp_key(key.split("@t")[1]): v for key, v in by.items() if key.startswith(f"{d}@")}
+            for p, by in changed.items()
+        }  # fmt: skip
+        summary["labels"][d] = _label_shares(rates.get(d, {}))
+
+    sweep = Table(
+        "Table 1: genuine follow-up rate (%, 95% Wilson interval, n turns) by temperature; no perturbation",
+        ["dataset", *[f"T={t}" for t in s["temperatures"]], "answer accuracy"],
+        [[d, *[common.rate_cell(rates.get(d, {}).get(temperature_key(t), {}).get("none")) for t in s["temperatures"]],
+          _accuracy(probe["accuracy"].get(d))] for d in datasets],
+    )  # fmt: skip
+    control_rows = []
+    for d in datasets:
+        for t in s["control_temperatures"]:
+            cells = rates.get(d, {}).get(temperature_key(t), {})
+            row = [d, t, common.rate_cell(cells.get("none"))]
+            for p in CONTROLS:
+                c = changed.get(p, {}).get(f"{d}@{temperature_key(t)}")
+                row += [common.rate_cell(cells.get(p)), f"{100 * c['changed']:.0f}" if c else "n/a"]
+            control_rows.append(row)
+    controls = Table(
+        "Table 4: controls: genuine rate under each perturbation and % of turns that changed against the "
+        "unperturbed turn of the same seed",
+        ["dataset", "T", "none", "truncate", "% changed", "appended question", "% changed"], control_rows,
+    )  # fmt: skip
+    labels = sorted({label for d in datasets for label in summary["labels"][d]})
+    modes = Table(
+        "Table 6: failure-mode distribution (% of unperturbed turns, all temperatures)",
+        ["dataset", *labels], [[d, *[f"{100 * summary['labels'][d].get(x, 0.0):.1f}" for x in labels]] for d in datasets],
+    )  # fmt: skip
+    greedy = [rates.get(d, {}).get(temperature_key(0.0), {}).get("none", {}).get("rate") for d in datasets]
+    hottest = [
+        rates.get(d, {}).get(temperature_key(s["temperatures"][-1]), {}).get("none", {}).get("rate") for d in datasets
+    ]
+    text = [
+        f"Judged by the {common.judge_line(judge)}. That judge under-calls genuine turns (it calls "
+        "fewer turns genuine than careful readers do, with few false positives), so the rates here are lower "
+        "bounds more than estimates.",
+        "Reference points of the probe paper: greedy follow-up near 0% for most models, up to ~22% at T=1.0, and "
+        "task accuracy does not predict it. Here: greedy "
+        + ", ".join(f"{d} {_pct(g)}" for d, g in zip(datasets, greedy))
+        + f"; at T={s['temperatures'][-1]} "
+        + ", ".join(f"{d} {_pct(h)}" for d, h in zip(datasets, hottest))
+        + ".",
+        f"At T=0 with one sample per item the n of each cell is the number of items ({s['limit']} per dataset "
+        "unless the data has fewer); the intervals are wide at this size.",
+    ]
+    return Section(
+        summary=summary,
+        about={
+            "model": "SmolLM2-135M-Instruct (`smollm2`), fp32, CPU; answers greedy, "
+            f"{s['response_tokens']} tokens; user turns {s['max_new_tokens']} tokens",
+            "data": f"first {s['limit']} items of " + ", ".join(f"`{p}`" for p in s["datasets"].values()),
+            "sizes": f"{s['samples']} user turn per item, temperature and control; temperatures "
+            f"{s['temperatures']}; controls at {s['control_temperatures']}",
+            "seeds": str(s["seed"]),
+            "judge": common.judge_line(judge),
+        },
+        tables=[sweep, controls, modes],
+        text=text,
+        targets=[
+            Target(
+                "judge agreement printed beside the rates",
+                "test-split kappa and FPR",
+                f"kappa {judge['kappa']:.2f}, FPR {judge['false_positive_rate']:.2f}",
+                True,
+            )
+        ],  # fmt: skip
+    )
+
+
+def _label_shares(by_temp: dict) -> dict[str, float]:
+    """Label shares over the unperturbed cells of one dataset, weighted by each cell's n."""
+    totals: dict[str, float] = {}
+    n = 0
+    for perts in by_temp.values():
+        cell = perts.get("none")
+        if not cell:
+            continue
+        n += cell["n"]
+        for label, share in cell.get("labels", {}).items():
+            totals[label] = totals.get(label, 0.0) + share * cell["n"]
+    return {label: v / n for label, v in sorted(totals.items())} if n else {}
+
+
+def _accuracy(cell: dict | None) -> str:
+    if not cell or cell.get("accuracy") is None:
+        return "n/a (no checker)"
+    return f"{100 * cell['accuracy']:.1f}% of {cell['n']}"
+
+
+def _pct(rate) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.0f}%"

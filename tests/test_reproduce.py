@@ -1,0 +1,128 @@
+"""`make reproduce`'s harness without models: parts resume and are refused with other settings, a failed part is
+reported and the others still are, and summary.json / report.md / report.html hold every part's tables. The probe
+part is run on a probe summary built from made-up judged rows (`fic probe` itself is tested in test_probe.py)."""
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "reproduce"))
+
+import common  # noqa: E402
+import run as reproduce  # noqa: E402
+from common import Section, Table, Target  # noqa: E402
+
+
+@pytest.fixture
+def fake_parts(monkeypatch):
+    """Replace the four parts by cheap modules that count their runs; `fail` makes one raise a FicError."""
+    calls = {name: 0 for name in reproduce.PARTS}
+    fail: set[str] = set()
+
+    def make(name):
+        module = types.ModuleType(name)
+        module.TITLE, module.SETTINGS = f"Part {name}", {"size": 1}
+
+        def run(out):
+            calls[name] += 1
+            if name in fail:
+                raise common.StepError(f"{name} broke")
+            return Section(summary={"value": 0.5}, about={"model": "m"}, targets=[Target("t", ">= 0.4", "0.5", True)],
+                           tables=[Table("a | table", ["x", "y"], [["1", 0.25]])], text=["**done** `x`"])  # fmt: skip
+
+        module.run = run
+        return module
+
+    for name in reproduce.PARTS:
+        monkeypatch.setitem(sys.modules, name, make(name))
+    monkeypatch.setattr(reproduce, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v",
+                        "n": 180, "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
+    monkeypatch.setattr("report.judge_line", lambda judge: "judge line")
+    return calls, fail
+
+
+def test_parts_run_once_and_the_report_holds_them(tmp_path, fake_parts):
+    calls, _ = fake_parts
+    assert reproduce.main(["--out", str(tmp_path)]) == 0
+    assert reproduce.main(["--out", str(tmp_path)]) == 0  # finished parts are reused, not run again
+    assert all(n == 1 for n in calls.values())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {name: summary[name] for name in reproduce.PARTS} == {name: {"value": 0.5} for name in reproduce.PARTS}
+    assert summary["parts_missing"] == [] and summary["judge"]["kappa"] == 0.51
+    assert summary["minutes"] == pytest.approx(sum(summary["minutes_per_part"].values()))
+    markdown = (tmp_path / "report.md").read_text()
+    assert markdown.count("| 1 | 0.250 |") == 4 and "a | table" in markdown
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("<td>0.250</td>") == 4 and "<b>done</b> <code>x</code>" in html
+    assert reproduce.main(["--out", str(tmp_path), "--redo", "vasd"]) == 0
+    assert calls["vasd"] == 2 and calls["probe"] == 1
+
+
+def test_one_part_alone_and_a_failing_part(tmp_path, fake_parts, capsys):
+    calls, fail = fake_parts
+    fail.add("collab")
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe,collab"]) == 1
+    assert "parts failed: collab" in capsys.readouterr().err
+    assert calls == {"probe": 1, "collab": 1, "vasd": 0, "clarify": 0}
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["parts_missing"] == ["collab", "vasd", "clarify"] and "probe" in summary
+    assert (tmp_path / "collab" / "elapsed.json").exists()  # an interrupted part keeps its time so far
+    fail.clear()
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "collab"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "probe" in summary and "collab" in summary  # the report covers parts finished in earlier runs
+
+
+def test_a_part_folder_made_with_other_settings_is_refused(tmp_path, fake_parts, capsys):
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
+    sys.modules["probe"].SETTINGS = {"size": 2}
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 1
+    err = capsys.readouterr().err
+    assert "probe failed" in err and "size" in err
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "nope"]) == 1
+    assert "nope" in capsys.readouterr().err
+
+
+def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
+    """The probe part reshapes `fic probe`'s summary into summary.json's probe[dataset]["0.0"][perturbation]."""
+    sys.modules.pop("probe", None)
+    import probe as part
+
+    from fic.eval.probe_summary import summarize
+
+    rows = []
+    for dataset in part.SETTINGS["datasets"]:
+        for item in range(4):
+            for temp in part.SETTINGS["temperatures"]:
+                for pert in ("none", *part.CONTROLS):
+                    genuine = item == 0 and pert == "none"
+                    rows.append({"dataset": dataset, "item_id": str(item), "temperature": temp, "perturbation": pert,
+                                 "sample": 0, "user_turn": f"turn {item} {pert}" if pert != "none" or item else "same",
+                                 "label": "genuine_followup" if genuine else "previous_turn_restate",
+                                 "genuine": genuine, "correct": None})  # fmt: skip
+    summary = summarize(rows, {"gsm8k": {"accuracy": 0.25, "n": 4}})
+    commands = []
+
+    def fake_fic(args, log):
+        commands.append(args)
+        (tmp_path / "probe").mkdir(exist_ok=True)
+        (tmp_path / "probe" / "summary.json").write_text(json.dumps(summary))
+
+    monkeypatch.setattr(common, "fic", fake_fic)
+    monkeypatch.setattr(common, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v", "n": 180,
+                        "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
+    section = part.run(tmp_path)
+    assert [a[a.index("--perturbations") + 1] for a in commands] == ["none", "none,truncate,question"]
+    cell = section.summary["probe"]["gsm8k"]["1.0"]["none"]
+    assert cell["rate"] == 0.25 and cell["n"] == 4 and set(cell) == {"rate", "low", "high", "n"}
+    assert set(section.summary["probe"]["ifeval"]["0.0"]) == {"none", "truncate", "question"}
+    assert section.summary["labels"]["mt_bench"] == {"genuine_followup": 0.25, "previous_turn_restate": 0.75}
+    assert section.summary["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
+    table1, table4, table6 = section.tables
+    assert table1.rows[0][1].startswith("25.0 [") and table1.rows[0][-1] == "25.0% of 4"
+    assert table4.rows[0][:2] == ["gsm8k", 0.0] and table4.rows[0][4] == "100"
+    assert table6.columns == ["dataset", "genuine_followup", "previous_turn_restate"]

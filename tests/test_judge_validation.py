@@ -77,7 +77,7 @@ def test_probe_summary_and_report_carry_the_judge_validity(tmp_path):
     summary = run_probe(get_backend("transformers", model=path), load_tokenizer(path), [f"gsm8k:{data}"],
                         tmp_path / "out", temperatures=[0.0], judge=make_judge("learned"), max_new_tokens=8,
                         response_tokens=8)  # fmt: skip
-    assert summary["judge_validity"]["measured"] and summary["judge_validity"]["name"] == "heuristic"
+    assert summary["judge_validity"]["measured"] and summary["judge_validity"]["name"] == "learned"
     saved = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert saved["judge_validity"] == summary["judge_validity"]
     html = (tmp_path / "out" / "report.html").read_text()

@@ -352,6 +352,7 @@ class HeuristicJudge:
                 logger.warning("No shipped judge classifier at %s; the heuristic judge runs on its rules alone", path)
             else:
                 self.classifier = FollowupClassifier.load(path)
+                self.name = "learned"  # the `learned` judge: settings, verdicts and reports tell it from the rules
 
     @property
     def version(self) -> str:

@@ -119,3 +119,24 @@ def test_model_policy_needs_a_model(tmp_path, capsys):
         ]
     )
     assert rc == 2 and "--model" in capsys.readouterr().err
+
+
+def test_chat_model_reuses_a_repeated_call(tiny, monkeypatch):
+    """Seeded transformers generation is a pure function of (prompts, params): a repeated call (an episode's first
+    turn under each user profile) is answered from memory with the same replies; another seed is generated anew."""
+    from fic.eval.clarify.model import ChatModel
+
+    model = ChatModel(tiny)
+    calls = []
+    generate = model.backend.generate
+    monkeypatch.setattr(model.backend, "generate", lambda *a, **k: calls.append(1) or generate(*a, **k))
+    conv = [[{"role": "user", "content": "Which one?"}]]
+    first = model.chat(conv, n=3, temperature=1.0, seed=7, max_new_tokens=6)
+    again = model.chat(conv, n=3, temperature=1.0, seed=7, max_new_tokens=6)
+    assert again == first and len(calls) == 1
+    again[0][0] = "changed by the caller"
+    assert model.chat(conv, n=3, temperature=1.0, seed=7, max_new_tokens=6) == first
+    model.chat(conv, n=3, temperature=1.0, seed=8, max_new_tokens=6)
+    assert len(calls) == 2
+    fresh = ChatModel(tiny).chat(conv, n=3, temperature=1.0, seed=7, max_new_tokens=6)
+    assert fresh == first

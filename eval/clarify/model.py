@@ -37,6 +37,10 @@ class ChatModel:
         self.tokenizer = tokenizer or getattr(self.backend, "tokenizer", None) or load_tokenizer(self.name)
         self.stop = turn_end_strings(self.tokenizer, role="assistant")
         self.max_new_tokens = max_new_tokens
+        # transformers: replies are a pure function of (prompts, sampling params), every row drawing from its own
+        # generator seeded by (seed, row, sample), so a repeated call (an episode's first turn under each user
+        # profile) is answered from memory. Other backends (sampling servers) are always asked.
+        self._memo: dict[tuple, list[list[str]]] | None = {} if backend == "transformers" else None
 
     def chat(
         self,
@@ -58,15 +62,21 @@ class ChatModel:
             stop=self.stop,
             seed=seed,
         )
+        memo_key = (tuple(prompts), n, temperature, seed, params.max_new_tokens)
+        if self._memo is not None and memo_key in self._memo:
+            return [list(texts) for texts in self._memo[memo_key]]
         outs = self.backend.generate(prompts, params, keep_special_tokens=False)
-        return [[text.strip() for text in texts] for texts in outs]
+        replies = [[text.strip() for text in texts] for texts in outs]
+        if self._memo is not None:
+            self._memo[memo_key] = replies
+        return [list(texts) for texts in replies]
 
 
 @functools.lru_cache(maxsize=4)
 def load_chat_model(model: str, backend: str = "transformers", base_url: str | None = None,
-                    batch_size: int | None = None) -> ChatModel:  # fmt: skip
-    """A `ChatModel`, loaded once per process for each (model, backend, base_url, batch_size)."""
+                    batch_size: int | None = None, max_batch_tokens: int | None = None) -> ChatModel:  # fmt: skip
+    """A `ChatModel`, loaded once per process for each (model, backend, base_url, batch sizes)."""
     kwargs = {"base_url": base_url} if base_url else {}
-    if batch_size and backend == "transformers":
-        kwargs["batch_size"] = batch_size
+    if backend == "transformers":
+        kwargs.update({k: v for k, v in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens)) if v})
     return ChatModel(model, backend=backend, **kwargs)

@@ -275,12 +275,16 @@ def _text(summary: dict) -> list[str]:
                      + ", ".join(f"{p} {_pct(row[p]['resolution_rate'])}%" for p in POLICIES) + ").")  # fmt: skip
     b = summary["bag_vs_prompt_only"]
     if "bag" in b and "prompt_only" in b:
-        diff = b["bag"]["accuracy"] - b["prompt_only"]["accuracy"]
+        bag, base = b["bag"], b["prompt_only"]
+        overlap = bag["low"] <= base["high"] and base["low"] <= bag["high"]
         lines.append(
-            f"BAG against prompt-only on AmbigQA answer accuracy: {_pct(b['bag']['accuracy'])}% vs "
-            f"{_pct(b['prompt_only']['accuracy'])}% ({100 * diff:+.1f} points) over {b['bag']['n']} items; at this "
-            "size the 95% intervals overlap widely, so this neither confirms nor refutes the BAG paper's claim."
-        )
+            f"BAG against prompt-only on AmbigQA answer accuracy: {_pct(bag['accuracy'])}% "
+            f"({bag['correct']}/{bag['answered']} answered) vs {_pct(base['accuracy'])}% "
+            f"({base['correct']}/{base['answered']}), {100 * (bag['accuracy'] - base['accuracy']):+.1f} points over "
+            f"{bag['n']} items. "
+            + ("The 95% intervals overlap, so at this size it neither confirms nor refutes the BAG paper's claim."
+               if overlap else "The 95% intervals do not overlap.")
+        )  # fmt: skip
     lines += [
         "How the policies are built: `reference` asks the question of highest expected information gain while its "
         "value of information exceeds the per-turn cost; `always_answer` answers the most likely intent at once; "

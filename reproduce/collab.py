@@ -34,7 +34,7 @@ SETTINGS = {
     "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
     "probe": {"temperatures": [0.7], "samples": 4, "max_new_tokens": 48, "response_tokens": 128, "batch_size": 32},
-    "gsm8k": {"limit": 30, "response_tokens": 256},
+    "gsm8k": {"limit": 20, "response_tokens": 192},
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
     "sft_recipe": "reproduce_collab_sft",
     "rl_recipe": "reproduce_followup_rl",

@@ -138,14 +138,14 @@ def run(out: Path) -> common.Section:
     paths = split_data(out / "data")
     held = [f"healthbench:{paths['hb_test']}", f"mt_bench:{paths['mtb_test']}"]
 
+    # The held-out measurements first, GSM8K (for reference) last.
     base = _probe(out, "base", common.MODEL, held, logs / "probe_base.log")
-    acc = {"base": _gsm8k(out, "base", common.MODEL, logs / "gsm8k_base.log")}
     sft_dir = _train(SETTINGS["sft_recipe"], _overrides(paths, "sft"), out / "sft", logs / "train_sft.log")
     sft = _probe(out, "sft", str(sft_dir), held, logs / "probe_sft.log", seed_from=out / "probe_base")
-    acc["sft"] = _gsm8k(out, "sft", str(sft_dir), logs / "gsm8k_sft.log")
     rl_dir = _train(SETTINGS["rl_recipe"], _overrides(paths, "rl"), out / "rl", logs / "train_rl.log")
     rl = _probe(out, "rl", str(rl_dir), held, logs / "probe_rl.log", seed_from=out / "probe_base")
-    acc["rl"] = _gsm8k(out, "rl", str(rl_dir), logs / "gsm8k_rl.log")
+    models = {"base": common.MODEL, "sft": str(sft_dir), "rl": str(rl_dir)}
+    acc = {k: _gsm8k(out, k, m, logs / f"gsm8k_{k}.log") for k, m in models.items()}
     return _section(out, paths, {"base": base, "sft": sft, "rl": rl}, acc)
 
 

@@ -32,9 +32,11 @@ SETTINGS = {
     "response_tokens": 128,
     "judge": common.JUDGE,
     "seed": 0,
-    "batch_size": 32,
 }  # fmt: skip
 CONTROLS = ("truncate", "question")
+# Speed only (the samples do not depend on the batching): up to 16 prompts per batch, longest first, at most 8192
+# padded prompt tokens per batch, so HealthBench's 1,600-token conversations do not pad the short prompts.
+BATCHING = ["--batch-size", 16, "--max-batch-tokens", 8192]
 
 
 def _probe(out: Path, temperatures: list[float], perturbations: list[str]) -> None:
@@ -44,7 +46,7 @@ def _probe(out: Path, temperatures: list[float], perturbations: list[str]) -> No
         "probe", "--model", s["model"], "--datasets", specs, "--limit", s["limit"], "--samples", s["samples"],
         "--temperatures", ",".join(map(str, temperatures)), "--perturbations", ",".join(perturbations),
         "--max-new-tokens", s["max_new_tokens"], "--response-tokens", s["response_tokens"], "--judge", s["judge"],
-        "--seed", s["seed"], "--batch-size", s["batch_size"], "--out", out / "probe",
+        "--seed", s["seed"], *BATCHING, "--out", out / "probe",
     ], out / "logs" / "probe.log")  # fmt: skip
 
 

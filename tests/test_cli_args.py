@@ -116,7 +116,9 @@ def test_batch_size_reaches_the_transformers_backend(command, monkeypatch):
                 "bag": ["--model", "m", "--seed", "0"], "build-followups": []}[command]  # fmt: skip
     parser = parser_for(command)
     args = parser.parse_args([*required, "--out", "o", "--batch-size", "32"])
-    assert cli_args.backend_kwargs(args) == {"batch_size": 32}
+    assert cli_args.backend_kwargs(args) == {"batch_size": 32, "max_batch_tokens": None}
+    args = parser.parse_args([*required, "--out", "o", "--max-batch-tokens", "4096"])
+    assert cli_args.backend_kwargs(args) == {"batch_size": 8, "max_batch_tokens": 4096}
     args = parser.parse_args([*required, "--out", "o", "--base-url", "http://localhost:1/v1"])
     assert cli_args.backend_kwargs(args) == {"base_url": "http://localhost:1/v1"}
     with pytest.raises(SystemExit):

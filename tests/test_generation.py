@@ -121,6 +121,22 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent(chatml, prompts):
     assert fewer == [samples[:2] for samples in first]
 
 
+def test_prompts_are_batched_longest_first_within_a_token_cap(chatml, prompts):
+    """Batches take the longest prompts first and hold at most `max_batch_tokens` padded prompt tokens; the answers
+    come back in the prompts' order and each sample still depends only on (seed, prompt index, sample index)."""
+    _, model, tok = chatml
+    prompts = [prompts[0][:12], *prompts, prompts[-1] + " and some more words to make it the longest prompt"]
+    lengths = [len(tok(p, add_special_tokens=False).input_ids) for p in prompts]
+    capped = HFBackend(model, tok, batch_size=8, max_batch_tokens=2 * max(lengths))
+    batches = capped._batches([[0] * n for n in lengths])
+    assert [i for batch in batches for i in batch] == sorted(range(len(prompts)), key=lambda i: -lengths[i])
+    assert all(len(b) * lengths[b[0]] <= 2 * max(lengths) for b in batches) and len(batches) > 1
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=8, seed=3)
+    assert capped.generate(prompts, params) == HFBackend(model, tok, batch_size=1).generate(prompts, params)
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        HFBackend(model, tok, max_batch_tokens=0)
+
+
 def test_tiny_top_p_is_greedy(chatml, prompts):
     _, model, tok = chatml
     backend = HFBackend(model, tok)

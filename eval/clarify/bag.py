@@ -320,7 +320,7 @@ def run(args) -> int:
         from fic.cli_args import backend_name
         from fic.eval.clarify.model import load_chat_model
 
-        model = load_chat_model(args.model, backend_name(args), args.base_url, args.batch_size)
+        model = load_chat_model(args.model, backend_name(args), args.base_url, args.batch_size, args.max_batch_tokens)
         check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
     except (ValueError, FicError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -162,7 +162,11 @@ class _Factory:
             from fic.eval.clarify.model import load_chat_model
 
             self._model = load_chat_model(
-                self.args.model, backend_name(self.args), self.args.base_url, getattr(self.args, "batch_size", None)
+                self.args.model,
+                backend_name(self.args),
+                self.args.base_url,
+                getattr(self.args, "batch_size", None),
+                getattr(self.args, "max_batch_tokens", None),
             )
         return self._model
 
@@ -177,6 +181,7 @@ class _Factory:
                 backend_name(self.args),
                 self.args.base_url,
                 getattr(self.args, "batch_size", None),
+                getattr(self.args, "max_batch_tokens", None),
             )
         return self._user_model
 

@@ -105,6 +105,8 @@ def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tok
                         "openai backend)")  # fmt: skip
     parser.add_argument("--batch-size", type=positive_int, default=8, help="transformers backend: prompts per batch "
                         "(the decode batch holds batch-size x samples rows; larger is faster until memory runs out)")  # fmt: skip
+    parser.add_argument("--max-batch-tokens", type=positive_int, help="transformers backend: at most this many padded "
+                        "prompt tokens per batch (prompts x the longest); long prompts then run in smaller batches")  # fmt: skip
 
 
 def backend_name(args) -> str:
@@ -118,7 +120,10 @@ def backend_kwargs(args) -> dict:
     if name == "openai":
         return {"base_url": args.base_url}
     if name == "transformers":
-        return {"batch_size": getattr(args, "batch_size", 8)}
+        return {
+            "batch_size": getattr(args, "batch_size", 8),
+            "max_batch_tokens": getattr(args, "max_batch_tokens", None),
+        }
     return {}
 
 

@@ -75,14 +75,19 @@ class HFBackend(Backend):
             moved only when `device` is given.
         dtype: dtype for a model loaded from a path (`"bfloat16"`, `torch.float16`, `"auto"`, ...).
         batch_size: prompts per prefill; the decode batch holds `batch_size * n` rows.
+        max_batch_tokens: at most this many padded prompt tokens per batch (prompts x the longest prompt); long
+            prompts then run in smaller batches (default: no cap). Prompts are batched longest first either way.
     """
 
     name = "transformers"
 
-    def __init__(self, model_or_path, tokenizer=None, device=None, dtype=None, batch_size: int = 8):
+    def __init__(self, model_or_path, tokenizer=None, device=None, dtype=None, batch_size: int = 8,
+                 max_batch_tokens: int | None = None):  # fmt: skip
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"HFBackend(batch_size={batch_size!r}) must be an integer >= 1.")
-        self.batch_size = batch_size
+        if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int) or max_batch_tokens < 1):
+            raise ValueError(f"HFBackend(max_batch_tokens={max_batch_tokens!r}) must be an integer >= 1 or None.")
+        self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
         if isinstance(model_or_path, (str, os.PathLike)):
             from safetensors import SafetensorError
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -126,14 +131,14 @@ class HFBackend(Backend):
         run = dataclasses.replace(params, n=1) if params.greedy else params
         was_training = self.model.training
         self.model.eval()
-        results: list[list[str]] = []
+        results: list[list[str]] = [[] for _ in prompts]
         try:
             with torch.inference_mode(), tqdm(total=len(prompts), desc="generate", disable=not progress) as bar:
-                for start in range(0, len(prompts), self.batch_size):
-                    chunk = token_ids[start : start + self.batch_size]
-                    for samples in self._generate_chunk(chunk, start, run):
+                for indices in self._batches(token_ids):
+                    chunk = [token_ids[i] for i in indices]
+                    for i, samples in zip(indices, self._generate_chunk(chunk, indices, run)):
                         texts = [self._decode(s, params.stop, keep_special_tokens) for s in samples]
-                        results.append(texts * params.n if params.greedy else texts)
+                        results[i] = texts * params.n if params.greedy else texts
                     bar.update(len(chunk))
         finally:
             if was_training:
@@ -146,13 +151,33 @@ class HFBackend(Backend):
         )
         return cut_at_stop(text, stop)
 
-    def _generate_chunk(self, chunk: list[list[int]], offset: int, params: SamplingParams) -> list[list[list[int]]]:
-        """Token ids of `params.n` continuations for each prompt of `chunk` (prompt `b` is prompt `offset + b`)."""
+    def _batches(self, token_ids: list[list[int]]) -> list[list[int]]:
+        """Prompt indices per batch: longest prompts first, at most `batch_size` prompts and, when set,
+        `max_batch_tokens` padded prompt tokens (prompts x the longest) per batch. Sorting keeps one long prompt
+        from padding a whole batch of short ones; the first batch is the largest, so memory runs out early if at all.
+        """
+        order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
+        batches: list[list[int]] = []
+        for i in order:
+            batch = batches[-1] if batches else None
+            full = batch is None or len(batch) >= self.batch_size
+            if not full and self.max_batch_tokens:
+                full = (len(batch) + 1) * len(token_ids[batch[0]]) > self.max_batch_tokens
+            if full:
+                batches.append([i])
+            else:
+                batch.append(i)
+        return batches
+
+    def _generate_chunk(
+        self, chunk: list[list[int]], indices: list[int], params: SamplingParams
+    ) -> list[list[list[int]]]:
+        """Token ids of `params.n` continuations for each prompt of `chunk` (prompt `b` is prompt `indices[b]`)."""
         n = params.n
         generators = None
         if not params.greedy:
             generators = [
-                torch.Generator().manual_seed(derive_seed(params.seed, offset + b, j))
+                torch.Generator().manual_seed(derive_seed(params.seed, indices[b], j))
                 for b in range(len(chunk))
                 for j in range(n)
             ]

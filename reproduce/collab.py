@@ -19,6 +19,7 @@ import json
 import random
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import common
@@ -155,9 +156,11 @@ def _turn_stats(folder: Path, dataset: str) -> dict:
     turns = [r["user_turn"].strip() for r in rows]
     if not turns:
         return {}
+    top, count = Counter(turns).most_common(1)[0]
     return {"mean_words": round(sum(len(t.split()) for t in turns) / len(turns), 1),
             "distinct": round(len(set(turns)) / len(turns), 3),
-            "asks": round(sum(t.endswith("?") for t in turns) / len(turns), 3)}  # fmt: skip
+            "asks": round(sum(t.endswith("?") for t in turns) / len(turns), 3),
+            "top_share": round(count / len(turns), 3), "top_turn": top[:120]}  # fmt: skip
 
 
 def _shown_turns(folder: Path, per_dataset: int = 10) -> list[dict]:
@@ -238,9 +241,11 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
               for k, v in probes.items() for d in ("healthbench", "mt_bench")],
     )  # fmt: skip
     stats = common.Table(
-        caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?'",
-        columns=["model", "dataset", "mean words", "distinct", "ends in ?"],
-        rows=[[names[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks")]
+        caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?', "
+                "and the most common turn with its share",
+        columns=["model", "dataset", "mean words", "distinct", "ends in ?", "most common turn", "its share"],
+        rows=[[names[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
+               s.get("top_share")]
               for k, v in summary["turn_stats"].items() for d, s in v.items()],
     )  # fmt: skip
     reward = common.Table(
@@ -285,5 +290,15 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          "the base model's own greedy answer, written once and copied into every probe (same contexts, same judge, "
          "same seeds for all three models); GSM8K accuracy is each model's own greedy answer."),
     ]  # fmt: skip
+    for k in ("sft", "rl"):
+        st = summary["turn_stats"][k]["healthbench"]
+        if st and st["top_share"] >= 0.25:
+            text.append(
+                f"**Read the {names[k]} rate with its turns.** Its most common held-out HealthBench turn is "
+                f'"{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; {100 * st["distinct"]:.0f}% of '
+                "its turns are distinct): a generic follow-up the judge accepts after any answer. The gain is "
+                "mostly the model learning to ask such a question under the user header, not to build on what the "
+                "answer said; the generic template follow-ups in the SFT data are where it comes from."
+            )
     return common.Section(summary=summary, about=about, tables=[main, labels, stats, reward, shown], text=text,
                           targets=targets)  # fmt: skip

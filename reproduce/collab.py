@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -125,7 +124,7 @@ def _overrides(paths: dict[str, Path], kind: str) -> list[str]:
 def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Path:
     """`train.py --plan` with the held-out sets as eval data (it fails on any train/held-out overlap), then training
     without in-training evaluation (the probes below measure before and after)."""
-    common._run([sys.executable, "train.py", f"recipe={recipe}", *overrides, "--plan"], log, f"plan {recipe}")
+    common.plan(recipe, overrides, log)
     return common.train(recipe, [*overrides, "eval.datasets=[]"], output_dir, log)
 
 

@@ -121,6 +121,12 @@ def train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Pat
     return output_dir
 
 
+def plan(recipe: str, overrides: list[str], log: Path) -> None:
+    """`python train.py recipe=RECIPE OVERRIDES... --plan`: fails (`StepError`) when the recipe would train on its
+    evaluation data, before anything is trained."""
+    _run([sys.executable, "train.py", f"recipe={recipe}", *overrides, "--plan"], log, f"plan {recipe}")
+
+
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 

@@ -159,31 +159,22 @@ class _Factory:
 
     def model(self):
         if self._model is None and self.args.model:
-            from fic.eval.clarify.model import load_chat_model
-
-            self._model = load_chat_model(
-                self.args.model,
-                backend_name(self.args),
-                self.args.base_url,
-                getattr(self.args, "batch_size", None),
-                getattr(self.args, "max_batch_tokens", None),
-            )
+            self._model = self._load(self.args.model)
         return self._model
 
     def user_model(self):
         if self.args.user_model in (None, self.args.model):
             return self.model()
         if self._user_model is None:
-            from fic.eval.clarify.model import load_chat_model
-
-            self._user_model = load_chat_model(
-                self.args.user_model,
-                backend_name(self.args),
-                self.args.base_url,
-                getattr(self.args, "batch_size", None),
-                getattr(self.args, "max_batch_tokens", None),
-            )
+            self._user_model = self._load(self.args.user_model)
         return self._user_model
+
+    def _load(self, name: str):
+        from fic.eval.clarify.model import load_chat_model
+
+        args = self.args
+        return load_chat_model(name, backend_name(args), args.base_url, getattr(args, "batch_size", None),
+                               getattr(args, "max_batch_tokens", None))  # fmt: skip
 
     def user(self, episode, profile: str):
         if self.args.user == "llm":

@@ -85,7 +85,7 @@ def run(out: Path) -> Section:
     for d in datasets:
         for t in s["control_temperatures"]:
             cells = rates.get(d, {}).get(temperature_key(t), {})
-            row = [d, t, common.rate_cell(cells.get("none"))]
+            row = [d, str(t), common.rate_cell(cells.get("none"))]
             for p in CONTROLS:
                 c = changed.get(p, {}).get(f"{d}@{temperature_key(t)}")
                 row += [common.rate_cell(cells.get(p)), f"{100 * c['changed']:.0f}" if c else "n/a"]
@@ -105,7 +105,7 @@ def run(out: Path) -> Section:
         rates.get(d, {}).get(temperature_key(s["temperatures"][-1]), {}).get("none", {}).get("rate") for d in datasets
     ]
     text = [
-        f"Judged by the {common.judge_line(judge)}. That judge under-calls genuine turns (it calls "
+        f"Judge: {common.judge_line(judge)}. That judge under-calls genuine turns (it calls "
         "fewer turns genuine than careful readers do, with few false positives), so the rates here are lower "
         "bounds more than estimates.",
         "Reference points of the probe paper: greedy follow-up near 0% for most models, up to ~22% at T=1.0, and "

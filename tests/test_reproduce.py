@@ -124,5 +124,5 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
     assert section.summary["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
     table1, table4, table6 = section.tables
     assert table1.rows[0][1].startswith("25.0 [") and table1.rows[0][-1] == "25.0% of 4"
-    assert table4.rows[0][:2] == ["gsm8k", 0.0] and table4.rows[0][4] == "100"
+    assert table4.rows[0][:2] == ["gsm8k", "0.0"] and table4.rows[0][4] == "100"
     assert table6.columns == ["dataset", "genuine_followup", "previous_turn_restate"]

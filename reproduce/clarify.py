@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import common
-from common import Section, Table
+import repro
+from repro import Section, Table
 
 TITLE = "Clarification as a policy (RegretBench-style regret) and Belief-Augmented Generation (BAG)"
 SETTINGS = {
-    "model": common.MODEL,
+    "model": repro.MODEL,
     "data": {"products": "products_dummyjson/products.json", "ambigqa": "ambigqa/dev_light.json"},
     "scenarios": ["products", "ambigqa"],
     "profiles": "all",
@@ -66,7 +66,7 @@ def _regret(out: Path, scenario: str, policy: str) -> Path:
     s = SETTINGS
     folder = out / "regret" / f"{scenario}-{policy}"
     args = [
-        "regret", "--scenario", scenario, "--data", common.SHARED / s["data"][scenario],
+        "regret", "--scenario", scenario, "--data", repro.SHARED / s["data"][scenario],
         "--policy", "bag" if policy.startswith("bag") else policy, "--profile", s["profiles"],
         "--limit", _episodes(policy), "--seed", s["seed"], "--cost", s["cost"], "--max-turns", s["max_turns"],
         "--max-intents", s["max_intents"], "--user", s["user"], "--tracker", s["tracker"], "--embedder", s["embedder"],
@@ -76,15 +76,15 @@ def _regret(out: Path, scenario: str, policy: str) -> Path:
         args += ["--model", s["model"], "--max-new-tokens", s["max_new_tokens"]]
     if policy.startswith("bag"):
         args += ["--k", s["k"], "--agree", s["agree"][policy]]
-    common.fic(args, out / "logs" / f"regret-{scenario}-{policy}.log")
+    repro.fic(args, out / "logs" / f"regret-{scenario}-{policy}.log")
     return folder
 
 
 def _bag(out: Path, variant: str) -> Path:
     s = SETTINGS
     folder = out / "bag" / variant
-    common.fic([
-        "bag", "--model", s["model"], "--data", common.SHARED / s["data"]["ambigqa"], "--variant", variant,
+    repro.fic([
+        "bag", "--model", s["model"], "--data", repro.SHARED / s["data"]["ambigqa"], "--variant", variant,
         "--k", s["k"], "--agree", s["agree"]["bag_plus"], "--limit", s["bag_items"], "--profile", s["bag_profile"],
         "--max-new-tokens", s["max_new_tokens"], "--seed", s["seed"], "--out", folder,
     ], out / "logs" / f"bag-{variant}.log")  # fmt: skip
@@ -167,7 +167,7 @@ def run(out: Path) -> Section:
     tables: list[Table] = []
     for sc in s["scenarios"]:
         summary[sc] = {}
-        full = {p: common.read_json(folders[(sc, p)] / "summary.json") for p in POLICIES}
+        full = {p: repro.read_json(folders[(sc, p)] / "summary.json") for p in POLICIES}
         model_ids = {r["episode_id"] for r in _records(folders[(sc, "model")])}
         for p in POLICIES:
             entry = _keep(full[p])
@@ -213,7 +213,7 @@ def run(out: Path) -> Section:
 
     bag_summary, bag_rows = {}, []
     for v in s["bag_variants"]:
-        b = common.read_json(bags[v] / "summary.json")
+        b = repro.read_json(bags[v] / "summary.json")
         recs = _items(bags[v])
         n = len(recs)
         correct_all = sum(1 for r in recs if r["correct"])

@@ -21,15 +21,15 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-import common
+import repro
 
 TITLE = "Collaboration post-training (Table 2): collab SFT and follow-up RL"
 
 HELDOUT_MTB_CATEGORIES = ("writing", "roleplay", "extraction", "stem", "humanities")  # no GPT-4 references there
 
 SETTINGS = {
-    "model": common.MODEL,
-    "judge": common.JUDGE,
+    "model": repro.MODEL,
+    "judge": repro.JUDGE,
     "seed": 0,
     "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
@@ -55,10 +55,10 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 def split_data(data: Path) -> dict[str, Path]:
     """Held-out and training copies of HealthBench and MT-Bench under `data/` (file names say the split)."""
-    hb = _rows(common.SHARED / "healthbench" / "oss_eval_first30.jsonl")
+    hb = _rows(repro.SHARED / "healthbench" / "oss_eval_first30.jsonl")
     multi = [r for r in hb if len(r["prompt"]) > 1]
     single = [r for r in hb if len(r["prompt"]) == 1]
-    mtb = _rows(common.SHARED / "mt_bench" / "question.jsonl")
+    mtb = _rows(repro.SHARED / "mt_bench" / "question.jsonl")
     rng = random.Random(SETTINGS["seed"])
     held_ids = set()
     for category in HELDOUT_MTB_CATEGORIES:
@@ -72,12 +72,12 @@ def split_data(data: Path) -> dict[str, Path]:
                             [r for r in mtb if r["question_id"] not in held_ids]),
     }  # fmt: skip
     # Training contexts cost prefill and training tokens on 2 cores: the shortest GSM8K-train items, in file order.
-    gsm8k = _rows(common.SHARED / "gsm8k" / "train.jsonl")
+    gsm8k = _rows(repro.SHARED / "gsm8k" / "train.jsonl")
     short = sorted(range(len(gsm8k)), key=lambda i: (len(gsm8k[i]["question"]) + len(gsm8k[i]["answer"]), i))
     keep = sorted(short[: SETTINGS["gsm8k_train_short"]])
     paths["gsm8k_train"] = _write(data / "gsm8k_short" / "train.jsonl", [gsm8k[i] for i in keep])
     # MT-Bench's GPT-4 reference answers, beside the training questions (real conversations need them).
-    shutil.copy(common.SHARED / "mt_bench" / "reference_answer_gpt-4.jsonl", paths["mtb_train"].parent)
+    shutil.copy(repro.SHARED / "mt_bench" / "reference_answer_gpt-4.jsonl", paths["mtb_train"].parent)
     return paths
 
 
@@ -89,28 +89,28 @@ def _probe(out: Path, name: str, model: str, datasets: list[str], log: Path, see
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(seed_from / "responses.jsonl", folder / "responses.jsonl")
     p = SETTINGS["probe"]
-    common.fic(["probe", "--model", model, "--datasets", ",".join(datasets), "--temperatures",
-                ",".join(map(str, p["temperatures"])), "--samples", p["samples"], "--judge", common.JUDGE,
+    repro.fic(["probe", "--model", model, "--datasets", ",".join(datasets), "--temperatures",
+                ",".join(map(str, p["temperatures"])), "--samples", p["samples"], "--judge", repro.JUDGE,
                 "--max-new-tokens", p["max_new_tokens"], "--response-tokens", p["response_tokens"],
                 "--responses", "model", "--batch-size", p["batch_size"], "--limit", 100, "--seed", SETTINGS["seed"],
                 "--out", folder], log)  # fmt: skip
-    return common.read_json(folder / "summary.json")
+    return repro.read_json(folder / "summary.json")
 
 
 def _gsm8k(out: Path, name: str, model: str, log: Path) -> dict:
     """GSM8K test accuracy of the model's own greedy answers (the probe's `accuracy`; its user turns are not used)."""
     g = SETTINGS["gsm8k"]
     folder = out / f"gsm8k_{name}"
-    common.fic(["probe", "--model", model, "--datasets", f"gsm8k:{common.SHARED / 'gsm8k' / 'test.jsonl'}",
-                "--temperatures", "0", "--samples", 1, "--judge", common.JUDGE, "--max-new-tokens", 8,
+    repro.fic(["probe", "--model", model, "--datasets", f"gsm8k:{repro.SHARED / 'gsm8k' / 'test.jsonl'}",
+                "--temperatures", "0", "--samples", 1, "--judge", repro.JUDGE, "--max-new-tokens", 8,
                 "--response-tokens", g["response_tokens"], "--responses", "model", "--batch-size", g["limit"],
                 "--limit", g["limit"], "--out", folder], log)  # fmt: skip
-    return common.read_json(folder / "summary.json")["accuracy"]["gsm8k"]
+    return repro.read_json(folder / "summary.json")["accuracy"]["gsm8k"]
 
 
 def _cell(summary: dict, dataset: str) -> dict | None:
     t = f"t{float(SETTINGS['probe']['temperatures'][0])}"
-    return common.rate_only(summary["genuine_rate"].get(dataset, {}).get(t, {}).get("none"))
+    return repro.rate_only(summary["genuine_rate"].get(dataset, {}).get(t, {}).get("none"))
 
 
 def _overrides(paths: dict[str, Path], kind: str) -> list[str]:
@@ -124,27 +124,27 @@ def _overrides(paths: dict[str, Path], kind: str) -> list[str]:
 def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Path:
     """`train.py --plan` with the held-out sets as eval data (it fails on any train/held-out overlap), then training
     without in-training evaluation (the probes below measure before and after)."""
-    common.plan(recipe, overrides, log)
-    return common.train(recipe, [*overrides, "eval.datasets=[]"], output_dir, log)
+    repro.plan(recipe, overrides, log)
+    return repro.train(recipe, [*overrides, "eval.datasets=[]"], output_dir, log)
 
 
 def _pct(cell: dict | None) -> float | None:
     return None if not cell or cell.get("rate") is None else 100 * cell["rate"]
 
 
-def run(out: Path) -> common.Section:
+def run(out: Path) -> repro.Section:
     out = Path(out)
     logs = out / "logs"
     paths = split_data(out / "data")
     held = [f"healthbench:{paths['hb_test']}", f"mt_bench:{paths['mtb_test']}"]
 
     # The held-out measurements first, GSM8K (for reference) last.
-    base = _probe(out, "base", common.MODEL, held, logs / "probe_base.log")
+    base = _probe(out, "base", repro.MODEL, held, logs / "probe_base.log")
     sft_dir = _train(SETTINGS["sft_recipe"], _overrides(paths, "sft"), out / "sft", logs / "train_sft.log")
     sft = _probe(out, "sft", str(sft_dir), held, logs / "probe_sft.log", seed_from=out / "probe_base")
     rl_dir = _train(SETTINGS["rl_recipe"], _overrides(paths, "rl"), out / "rl", logs / "train_rl.log")
     rl = _probe(out, "rl", str(rl_dir), held, logs / "probe_rl.log", seed_from=out / "probe_base")
-    models = {"base": common.MODEL, "sft": str(sft_dir), "rl": str(rl_dir)}
+    models = {"base": repro.MODEL, "sft": str(sft_dir), "rl": str(rl_dir)}
     acc = {k: _gsm8k(out, k, m, logs / f"gsm8k_{k}.log") for k, m in models.items()}
     return _section(out, paths, {"base": base, "sft": sft, "rl": rl}, acc)
 
@@ -179,14 +179,14 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict]) -> common.Section:
-    judge = common.judge_about()
+def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict]) -> repro.Section:
+    judge = repro.judge_about()
     p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
     hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
     mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
-    sft_eval = common.read_json(out / "sft" / "eval_summary.json")
-    rl_eval = common.read_json(out / "rl" / "eval_summary.json")
+    sft_eval = repro.read_json(out / "sft" / "eval_summary.json")
+    rl_eval = repro.read_json(out / "rl" / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
     summary = {
         "sft": {"before": hb["base"], "after": hb["sft"],
@@ -208,7 +208,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
     about = {
-        "model": f"SmolLM2-135M-Instruct ({common.MODEL}), fp32 on CPU; collab SFT and follow-up RL both start from it",
+        "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; collab SFT and follow-up RL both start from it",
         "data": (f"held out: the {n_hb} multi-turn HealthBench items of oss_eval_first30 and {n_mtb} MT-Bench questions "
                  f"({SETTINGS['heldout']['mt_bench_per_category']} per category of "
                  f"{', '.join(HELDOUT_MTB_CATEGORIES)}); training: recipes `{SETTINGS['sft_recipe']}` and "
@@ -218,28 +218,28 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                   f"by all three models; {p['samples']} user turns of at most {p['max_new_tokens']} tokens per context "
                   f"at T={temps}; GSM8K: first {g['limit']} test items, answers of {g['response_tokens']} tokens"),
         "seeds": f"seed {SETTINGS['seed']} for the split, training and sampling",
-        "judge": common.judge_line(judge),
+        "judge": repro.judge_line(judge),
     }  # fmt: skip
     names = {"base": "SmolLM2 (base)", "sft": "collab SFT", "rl": "follow-up RL"}
-    main = common.Table(
+    main = repro.Table(
         caption=f"Held-out genuine follow-up rate (%, 95% Wilson interval, n turns) at T={temps}, and GSM8K accuracy",
         columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
                  f"GSM8K test accuracy (n={g['limit']})"],
-        rows=[[names[k], common.rate_cell(hb[k]), common.rate_cell(mtb[k]),
+        rows=[[names[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
                "n/a" if acc_only[k]["accuracy"] is None else f"{100 * acc_only[k]['accuracy']:.1f}"]
               for k in probes],
     )  # fmt: skip
     t = f"t{float(p['temperatures'][0])}"
     label_names = sorted({lab for v in probes.values() for d in ("healthbench", "mt_bench")
                           for lab in v["genuine_rate"].get(d, {}).get(t, {}).get("none", {}).get("labels", {})})  # fmt: skip
-    labels = common.Table(
+    labels = repro.Table(
         caption="Judge labels of the held-out turns (% of turns per model and dataset)",
         columns=["model", "dataset", *label_names],
         rows=[[names[k], d, *[f'{100 * v["genuine_rate"][d][t]["none"]["labels"].get(lab, 0.0):.1f}'
                               for lab in label_names]]
               for k, v in probes.items() for d in ("healthbench", "mt_bench")],
     )  # fmt: skip
-    stats = common.Table(
+    stats = repro.Table(
         caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?', "
                 "and the most common turn with its share",
         columns=["model", "dataset", "mean words", "distinct", "ends in ?", "most common turn", "its share"],
@@ -247,13 +247,13 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                s.get("top_share")]
               for k, v in summary["turn_stats"].items() for d, s in v.items()],
     )  # fmt: skip
-    reward = common.Table(
-        caption=f"Follow-up RL reward curve (GRPO, reward from the `{common.JUDGE}` judge; per logged step)",
+    reward = repro.Table(
+        caption=f"Follow-up RL reward curve (GRPO, reward from the `{repro.JUDGE}` judge; per logged step)",
         columns=["step", "mean reward", "reward std", "genuine share", "mean completion tokens"],
         rows=[[c["step"], c.get("reward"), c.get("reward_std"), c.get("followup/genuine_rate"),
                c.get("completions/mean_length")] for c in curve],
     )  # fmt: skip
-    shown = common.Table(
+    shown = repro.Table(
         caption="20 held-out user turns of the follow-up RL model, judged by the validated judge (end of the context "
                 "shown; judge-gaming check)",
         columns=["dataset", "item", "end of the assistant answer", "RL model's user turn", "judge label"],
@@ -264,11 +264,11 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     d_sft = _pct(hb["sft"]) - _pct(hb["base"]) if hb["sft"] and hb["base"] else None
     d_rl = _pct(hb["rl"]) - _pct(hb["base"]) if hb["rl"] and hb["base"] else None
     targets = [
-        common.Target("collab SFT gain on held-out HealthBench", ">= +15 points (paper: +17.7)",
-                      f"{d_sft:+.1f} points ({common.rate_cell(hb['base'])} -> {common.rate_cell(hb['sft'])})",
+        repro.Target("collab SFT gain on held-out HealthBench", ">= +15 points (paper: +17.7)",
+                      f"{d_sft:+.1f} points ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['sft'])})",
                       d_sft is not None and d_sft >= 15),
-        common.Target("follow-up RL above base on held-out HealthBench", "after > before, with its reward curve",
-                      f"{d_rl:+.1f} points ({common.rate_cell(hb['base'])} -> {common.rate_cell(hb['rl'])}); reward "
+        repro.Target("follow-up RL above base on held-out HealthBench", "after > before, with its reward curve",
+                      f"{d_rl:+.1f} points ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['rl'])}); reward "
                       f"{summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']} (first -> "
                       "last quarter of steps)", d_rl is not None and d_rl > 0),
     ]  # fmt: skip
@@ -276,10 +276,10 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
         (f"Collab SFT data ({data.get('conversations')} conversations, loss on the user turns after an answer): "
          f"{(data.get('real') or {}).get('kept')} real MT-Bench training conversations (question, GPT-4 reference "
          f"answer, the real second question) and {(data.get('template') or {}).get('kept')} template follow-ups kept "
-         f"by the `{common.JUDGE}` judge out of {(data.get('template') or {}).get('contexts')} GSM8K-train and "
+         f"by the `{repro.JUDGE}` judge out of {(data.get('template') or {}).get('contexts')} GSM8K-train and "
          f"single-turn HealthBench contexts ({SETTINGS['sft_recipe']}: labels {(data.get('template') or {}).get('labels')}). "
          f"{data.get('dropped_heldout_overlap', 0)} training conversations opened a held-out context and were dropped."),
-        (f"The judge is the validated `{common.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
+        (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
          f"{judge['false_positive_rate']:.2f}), but it under-calls genuine follow-ups (it calls 13.9% of the labelled "
          "test turns genuine where careful labels say 26.7%). The SFT data it kept, and the RL reward it gives, teach "
          "what it recognises: the after-training rates measure movement toward that judge's notion of a follow-up, "
@@ -299,5 +299,5 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                 "mostly the model learning to ask such a question under the user header, not to build on what the "
                 "answer said; the generic template follow-ups in the SFT data are where it comes from."
             )
-    return common.Section(summary=summary, about=about, tables=[main, labels, stats, reward, shown], text=text,
+    return repro.Section(summary=summary, about=about, tables=[main, labels, stats, reward, shown], text=text,
                           targets=targets)  # fmt: skip

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import common
-from common import Section, Table, Target
+import repro
+from repro import Section, Table, Target
 
 from fic.metric_names import temperature_key
 
 TITLE = "User-turn probe (probe paper, Tables 1, 4 and 6)"
 SETTINGS = {
-    "model": common.MODEL,
+    "model": repro.MODEL,
     "datasets": {
         "gsm8k": "gsm8k/test.jsonl", "mt_bench": "mt_bench/question.jsonl",
         "healthbench": "healthbench/oss_eval_first30.jsonl", "ifeval": "ifeval/input_data.jsonl",
@@ -30,7 +30,7 @@ SETTINGS = {
     "control_temperatures": [0.0, 1.0],
     "max_new_tokens": 48,
     "response_tokens": 128,
-    "judge": common.JUDGE,
+    "judge": repro.JUDGE,
     "seed": 0,
 }  # fmt: skip
 CONTROLS = ("truncate", "question")
@@ -41,8 +41,8 @@ BATCHING = ["--batch-size", 16, "--max-batch-tokens", 8192]
 
 def _probe(out: Path, temperatures: list[float], perturbations: list[str]) -> None:
     s = SETTINGS
-    specs = ",".join(f"{name}:{common.SHARED / path}" for name, path in s["datasets"].items())
-    common.fic([
+    specs = ",".join(f"{name}:{repro.SHARED / path}" for name, path in s["datasets"].items())
+    repro.fic([
         "probe", "--model", s["model"], "--datasets", specs, "--limit", s["limit"], "--samples", s["samples"],
         "--temperatures", ",".join(map(str, temperatures)), "--perturbations", ",".join(perturbations),
         "--max-new-tokens", s["max_new_tokens"], "--response-tokens", s["response_tokens"], "--judge", s["judge"],
@@ -58,15 +58,15 @@ def run(out: Path) -> Section:
     s = SETTINGS
     _probe(out, s["temperatures"], ["none"])
     _probe(out, s["control_temperatures"], ["none", *CONTROLS])
-    probe = common.read_json(out / "probe" / "summary.json")
-    judge = common.judge_about()
+    probe = repro.read_json(out / "probe" / "summary.json")
+    judge = repro.judge_about()
     rates, changed = probe["genuine_rate"], probe["percent_changed"]
     datasets = list(s["datasets"])
 
     summary = {"probe": {}, "percent_changed": {}, "labels": {}, "accuracy": probe["accuracy"], "n_samples": probe["n_samples"]}  # fmt: skip
     for d in datasets:
         summary["probe"][d] = {
-            _temp_key(t[1:]): {p: common.rate_only(cell) for p, cell in perts.items()}
+            _temp_key(t[1:]): {p: repro.rate_only(cell) for p, cell in perts.items()}
             for t, perts in rates.get(d, {}).items()
         }  # fmt: skip
         summary["percent_changed"][d] = {
@@ -78,17 +78,17 @@ def run(out: Path) -> Section:
     sweep = Table(
         "Table 1: genuine follow-up rate (%, 95% Wilson interval, n turns) by temperature; no perturbation",
         ["dataset", *[f"T={t}" for t in s["temperatures"]], "answer accuracy"],
-        [[d, *[common.rate_cell(rates.get(d, {}).get(temperature_key(t), {}).get("none")) for t in s["temperatures"]],
+        [[d, *[repro.rate_cell(rates.get(d, {}).get(temperature_key(t), {}).get("none")) for t in s["temperatures"]],
           _accuracy(probe["accuracy"].get(d))] for d in datasets],
     )  # fmt: skip
     control_rows = []
     for d in datasets:
         for t in s["control_temperatures"]:
             cells = rates.get(d, {}).get(temperature_key(t), {})
-            row = [d, str(t), common.rate_cell(cells.get("none"))]
+            row = [d, str(t), repro.rate_cell(cells.get("none"))]
             for p in CONTROLS:
                 c = changed.get(p, {}).get(f"{d}@{temperature_key(t)}")
-                row += [common.rate_cell(cells.get(p)), f"{100 * c['changed']:.0f}" if c else "n/a"]
+                row += [repro.rate_cell(cells.get(p)), f"{100 * c['changed']:.0f}" if c else "n/a"]
             control_rows.append(row)
     controls = Table(
         "Table 4: controls: genuine rate under each perturbation and % of turns that changed against the "
@@ -105,7 +105,7 @@ def run(out: Path) -> Section:
         rates.get(d, {}).get(temperature_key(s["temperatures"][-1]), {}).get("none", {}).get("rate") for d in datasets
     ]
     text = [
-        f"Judge: {common.judge_line(judge)}. That judge under-calls genuine turns (it calls "
+        f"Judge: {repro.judge_line(judge)}. That judge under-calls genuine turns (it calls "
         "fewer turns genuine than careful readers do, with few false positives), so the rates here are lower "
         "bounds more than estimates.",
         "Reference points of the probe paper: greedy follow-up near 0% for most models, up to ~22% at T=1.0, and "
@@ -126,7 +126,7 @@ def run(out: Path) -> Section:
             "sizes": f"{s['samples']} user turn per item, temperature and control; temperatures "
             f"{s['temperatures']}; controls at {s['control_temperatures']}",
             "seeds": str(s["seed"]),
-            "judge": common.judge_line(judge),
+            "judge": repro.judge_line(judge),
         },
         tables=[sweep, controls, modes],
         text=text,

@@ -6,7 +6,7 @@ import html
 import re
 from pathlib import Path
 
-from common import Section, judge_line
+from repro import Section, judge_line
 
 INTRO = (
     "The seed papers' tables, reproduced at the smallest real scale: SmolLM2-135M-Instruct on 2 CPU cores. "

@@ -31,8 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import ROOT, Section, judge_about  # noqa: E402
 from report import write_report  # noqa: E402
+from repro import ROOT, Section, judge_about  # noqa: E402
 
 PARTS = ("probe", "collab", "vasd", "clarify")
 logger = logging.getLogger("reproduce")

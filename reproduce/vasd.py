@@ -23,13 +23,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import common  # noqa: E402
-from common import Section, Table, Target  # noqa: E402
+import repro  # noqa: E402
+from repro import Section, Table, Target  # noqa: E402
 
 TITLE = "View-Asymmetric Self-Distillation (Found in Conversation): sharded arithmetic on SmolLM2"
 
 SETTINGS = {
-    "model": common.MODEL,
+    "model": repro.MODEL,
     "task": {"family": "fic.data.synthetic arithmetic", "steps": 1, "shards": 3},
     "candidates": {"n": 12, "max_new_tokens": 24, "seed": 1,
                    "tasks": ["arithmetic-2-updates", "arithmetic-1-update", "sum-of-two"]},
@@ -108,8 +108,8 @@ def sft(out_dir: Path) -> None:
 
     cfg = SETTINGS["sft"]
     torch.manual_seed(cfg["torch_seed"])
-    tokenizer = load_tokenizer(common.MODEL)
-    model = load_model(common.MODEL, dtype="float32")
+    tokenizer = load_tokenizer(repro.MODEL)
+    model = load_model(repro.MODEL, dtype="float32")
     tasks = make_tasks(cfg["tasks"], seed=cfg["seed"], split="train", steps=SETTINGS["task"]["steps"])
     rows = tokenized_single_turn_rows(tokenizer, tasks)
     random.Random(cfg["seed"]).shuffle(rows)
@@ -154,8 +154,8 @@ def _lic(model: Path | str, data: Path, out: Path, log: Path, n: int, sampled: b
         s = ev["sampled"]
         args += ["--runs", s["runs"], "--temperature", s["temperature"], "--seed", s["seed"]]
     if not (out / "summary.json").exists():
-        common.fic(args, log)
-    return common.read_json(out / "summary.json")
+        repro.fic(args, log)
+    return repro.read_json(out / "summary.json")
 
 
 def _views(summary: dict) -> dict:
@@ -174,24 +174,24 @@ def run(out: Path) -> Section:
     candidates = []
     for name in cand["tasks"]:
         path = write_lic_file(candidate_tasks(name, cand["n"], cand["seed"]), out / "data" / f"candidate-{name}.json")
-        summ = _lic(common.MODEL, path, out / "candidates" / name, logs / "candidates.log", cand["n"], False,
+        summ = _lic(repro.MODEL, path, out / "candidates" / name, logs / "candidates.log", cand["n"], False,
                     cand["max_new_tokens"])  # fmt: skip
         candidates.append({"task": CANDIDATE_ABOUT[name], "model": "SmolLM2-135M-Instruct as shipped",
                            "n": cand["n"], "max_new_tokens": cand["max_new_tokens"], **_views(summ)})  # fmt: skip
     sft_dir = out / "sft"
     if not (sft_dir / "config.json").exists():
-        common._run([sys.executable, str(HERE / "vasd.py"), "sft", str(sft_dir)], logs / "sft.log", "vasd sft")
+        repro._run([sys.executable, str(HERE / "vasd.py"), "sft", str(sft_dir)], logs / "sft.log", "vasd sft")
     data = write_lic_file(_test_tasks(), out / "data" / "test.json")
     before = _lic(sft_dir, data, out / "lic_before", logs / "lic_before.log", ev["n"], False)
     before_s = _lic(sft_dir, data, out / "lic_before_sampled", logs / "lic_before.log", ev["sampled"]["n"], True)
-    vasd_dir = common.train(SETTINGS["vasd"]["recipe"], [f"model_name_or_path={sft_dir}",
+    vasd_dir = repro.train(SETTINGS["vasd"]["recipe"], [f"model_name_or_path={sft_dir}",
                             *SETTINGS["vasd"]["overrides"]], out / "vasd", logs / "vasd.log")  # fmt: skip
     after = _lic(vasd_dir, data, out / "lic_after", logs / "lic_after.log", ev["n"], False)
     after_s = _lic(vasd_dir, data, out / "lic_after_sampled", logs / "lic_after.log", ev["sampled"]["n"], True)
     train_summary = {}
     for name in ("eval_summary.json", "train_summary.json"):
         if (vasd_dir / name).exists():
-            train_summary = common.read_json(vasd_dir / name)
+            train_summary = repro.read_json(vasd_dir / name)
             break
     candidates.append({"task": CANDIDATE_ABOUT["arithmetic-1-update"] + " (chosen)",
                        "model": "after the single-turn SFT", "n": ev["n"], "max_new_tokens": ev["max_new_tokens"],

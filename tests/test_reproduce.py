@@ -12,9 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 
-import common  # noqa: E402
+import repro  # noqa: E402
 import run as reproduce  # noqa: E402
-from common import Section, Table, Target  # noqa: E402
+from repro import Section, Table, Target  # noqa: E402
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def fake_parts(monkeypatch):
         def run(out):
             calls[name] += 1
             if name in fail:
-                raise common.StepError(f"{name} broke")
+                raise repro.StepError(f"{name} broke")
             return Section(summary={"value": 0.5}, about={"model": "m"}, targets=[Target("t", ">= 0.4", "0.5", True)],
                            tables=[Table("a | table", ["x", "y"], [["1", 0.25]])], text=["**done** `x`"])  # fmt: skip
 
@@ -112,8 +112,8 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
         (tmp_path / "probe").mkdir(exist_ok=True)
         (tmp_path / "probe" / "summary.json").write_text(json.dumps(summary))
 
-    monkeypatch.setattr(common, "fic", fake_fic)
-    monkeypatch.setattr(common, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v", "n": 180,
+    monkeypatch.setattr(repro, "fic", fake_fic)
+    monkeypatch.setattr(repro, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v", "n": 180,
                         "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
     section = part.run(tmp_path)
     assert [a[a.index("--perturbations") + 1] for a in commands] == ["none", "none,truncate,question"]

@@ -63,17 +63,19 @@ def run(out: Path) -> Section:
     rates, changed = probe["genuine_rate"], probe["percent_changed"]
     datasets = list(s["datasets"])
 
-    summary = {"probe": {}, "percent_changed": {}, "labels": {}, "accuracy": probe["accuracy"], "n_samples": probe["n_samples"]}  # fmt: skip
+    # summary.json's probe[dataset][temperature][perturbation] = {rate, low, high, n}; the rest in probe_details
+    summary = {}
+    details = {"percent_changed": {}, "labels": {}, "accuracy": probe["accuracy"], "n_samples": probe["n_samples"]}
     for d in datasets:
-        summary["probe"][d] = {
+        summary[d] = {
             _temp_key(t[1:]): {p: repro.rate_only(cell) for p, cell in perts.items()}
             for t, perts in rates.get(d, {}).items()
         }  # fmt: skip
-        summary["percent_changed"][d] = {
+        details["percent_changed"][d] = {
             p: {_temp_key(key.split("@t")[1]): v for key, v in by.items() if key.startswith(f"{d}@")}
             for p, by in changed.items()
         }  # fmt: skip
-        summary["labels"][d] = _label_shares(rates.get(d, {}))
+        details["labels"][d] = _label_shares(rates.get(d, {}))
 
     sweep = Table(
         "Table 1: genuine follow-up rate (%, 95% Wilson interval, n turns) by temperature; no perturbation",
@@ -95,10 +97,10 @@ def run(out: Path) -> Section:
         "unperturbed turn of the same seed",
         ["dataset", "T", "none", "truncate", "% changed", "appended question", "% changed"], control_rows,
     )  # fmt: skip
-    labels = sorted({label for d in datasets for label in summary["labels"][d]})
+    labels = sorted({label for d in datasets for label in details["labels"][d]})
     modes = Table(
         "Table 6: failure-mode distribution (% of unperturbed turns, all temperatures)",
-        ["dataset", *labels], [[d, *[f"{100 * summary['labels'][d].get(x, 0.0):.1f}" for x in labels]] for d in datasets],
+        ["dataset", *labels], [[d, *[f"{100 * details['labels'][d].get(x, 0.0):.1f}" for x in labels]] for d in datasets],
     )  # fmt: skip
     greedy = [rates.get(d, {}).get(temperature_key(0.0), {}).get("none", {}).get("rate") for d in datasets]
     hottest = [
@@ -119,6 +121,7 @@ def run(out: Path) -> Section:
     ]
     return Section(
         summary=summary,
+        extra={"probe_details": details},
         about={
             "model": "SmolLM2-135M-Instruct (`smollm2`), fp32, CPU; answers greedy, "
             f"{s['response_tokens']} tokens; user turns {s['max_new_tokens']} tokens",

@@ -69,6 +69,7 @@ class Section:
         tables: the report's tables, in order.
         text: paragraphs (Markdown inline markup) after the tables: what was tried, what the numbers do not show.
         targets: the issue's targets for this part, met or not.
+        extra: more top-level entries of `summary.json` (e.g. `probe_details` beside `probe`).
     """
 
     summary: dict
@@ -76,6 +77,7 @@ class Section:
     tables: list[Table] = dataclasses.field(default_factory=list)
     text: list[str] = dataclasses.field(default_factory=list)
     targets: list[Target] = dataclasses.field(default_factory=list)
+    extra: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,6 +87,7 @@ class Section:
         return cls(
             summary=data["summary"], about=data["about"], tables=[Table(**t) for t in data.get("tables", [])],
             text=list(data.get("text", [])), targets=[Target(**t) for t in data.get("targets", [])],
+            extra=dict(data.get("extra", {})),
         )  # fmt: skip
 
 

@@ -73,6 +73,7 @@ def summarize(out: Path, records: dict[str, dict]) -> dict:
     for name in PARTS:
         if name in records:
             summary[name] = records[name]["section"]["summary"]
+            summary.update(records[name]["section"].get("extra", {}))
     summary["minutes_per_part"] = {name: records[name]["minutes"] for name in PARTS if name in records}
     summary["minutes"] = round(sum(summary["minutes_per_part"].values()), 2)
     summary["parts_missing"] = [name for name in PARTS if name not in records]

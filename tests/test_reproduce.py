@@ -32,7 +32,8 @@ def fake_parts(monkeypatch):
             if name in fail:
                 raise repro.StepError(f"{name} broke")
             return Section(summary={"value": 0.5}, about={"model": "m"}, targets=[Target("t", ">= 0.4", "0.5", True)],
-                           tables=[Table("a | table", ["x", "y"], [["1", 0.25]])], text=["**done** `x`"])  # fmt: skip
+                           tables=[Table("a | table", ["x", "y"], [["1", 0.25]])], text=["**done** `x`"],
+                           extra={f"{name}_details": {"k": 1}})  # fmt: skip
 
         module.run = run
         return module
@@ -53,6 +54,7 @@ def test_parts_run_once_and_the_report_holds_them(tmp_path, fake_parts):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {name: summary[name] for name in reproduce.PARTS} == {name: {"value": 0.5} for name in reproduce.PARTS}
     assert summary["parts_missing"] == [] and summary["judge"]["kappa"] == 0.51
+    assert summary["probe_details"] == {"k": 1}  # a part's extra entries sit beside its own
     assert summary["minutes"] == pytest.approx(sum(summary["minutes_per_part"].values()))
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.count("| 1 | 0.250 |") == 4 and "a | table" in markdown
@@ -117,11 +119,14 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
                         "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
     section = part.run(tmp_path)
     assert [a[a.index("--perturbations") + 1] for a in commands] == ["none", "none,truncate,question"]
-    cell = section.summary["probe"]["gsm8k"]["1.0"]["none"]
+    cell = section.summary["gsm8k"]["1.0"]["none"]
     assert cell["rate"] == 0.25 and cell["n"] == 4 and set(cell) == {"rate", "low", "high", "n"}
-    assert set(section.summary["probe"]["ifeval"]["0.0"]) == {"none", "truncate", "question"}
-    assert section.summary["labels"]["mt_bench"] == {"genuine_followup": 0.25, "previous_turn_restate": 0.75}
-    assert section.summary["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
+    assert set(section.summary["ifeval"]["0.0"]) == {"none", "truncate", "question"}
+    assert section.extra["probe_details"]["labels"]["mt_bench"] == {
+        "genuine_followup": 0.25,
+        "previous_turn_restate": 0.75,
+    }
+    assert section.extra["probe_details"]["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
     table1, table4, table6 = section.tables
     assert table1.rows[0][1].startswith("25.0 [") and table1.rows[0][-1] == "25.0% of 4"
     assert table4.rows[0][:2] == ["gsm8k", "0.0"] and table4.rows[0][4] == "100"

@@ -15,6 +15,7 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -39,6 +40,11 @@ SETTINGS = {
     "sft_recipe": "reproduce_collab_sft",
     "rl_recipe": "reproduce_followup_rl",
 }  # fmt: skip
+# The recipes' contents, so that a part folder trained with other recipe values is refused rather than resumed.
+SETTINGS["recipe_sha256"] = {
+    name: hashlib.sha256((repro.ROOT / "recipes" / f"{name}.yaml").read_bytes()).hexdigest()[:16]
+    for name in (SETTINGS["sft_recipe"], SETTINGS["rl_recipe"])
+}
 
 
 def _rows(path: Path) -> list[dict]:

@@ -45,14 +45,19 @@ def test_template_followups_are_grounded_distinct_and_deterministic():
     assert turns == fu.template_followups(CONTEXT, n=6, seed=1)
     assert turns != fu.template_followups(CONTEXT, n=6, seed=2)
     generic = set(fu.GENERIC_TEMPLATES)
-    grounded = [t for t in turns if t not in generic]
-    assert grounded, turns
-    for turn in grounded:
+    assert not generic & set(turns), turns  # the answer offers a number and terms: no stock request
+    for turn in turns:
         # a number the answer introduced (8, never the question's 5 or 3 alone) or a term of the answer
         numbers = re.findall(r"\d+", turn)
         assert "8" in numbers or any(
             w in CONTEXT[1]["content"].lower() for w in re.findall(r"[a-z]{6,}", turn.lower())
         )
+
+
+def test_template_followups_fall_back_to_generic_requests_only_when_the_answer_offers_nothing():
+    bare = [{"role": "user", "content": "Is it okay?"}, {"role": "assistant", "content": "Yes, it is."}]
+    turns = fu.template_followups(bare, n=3, seed=0)
+    assert len(turns) == 3 and set(turns) <= set(fu.GENERIC_TEMPLATES)
 
 
 def test_contexts_from_records_use_the_reference_and_skip_items_without_one():

@@ -161,9 +161,11 @@ def template_followups(messages: list[dict], n: int = 4, seed: int = 0) -> list[
     terms = list(
         dict.fromkeys(w.lower() for w in _TERM.findall(answer) if w.lower() not in _COMMON and w.lower() not in asked)
     )
-    pool = [("generic", t) for t in GENERIC_TEMPLATES]
-    pool += [("number", t) for t in NUMBER_TEMPLATES] if numbers else []
+    pool = [("number", t) for t in NUMBER_TEMPLATES] if numbers else []
     pool += [("term", t) for t in TERM_TEMPLATES] if terms else []
+    # Generic requests only when the answer offers nothing to build on: a judge accepts them after any answer, and
+    # SFT on them teaches one stock turn (measured in `make reproduce`: 58% of the SFT model's turns were one of them).
+    pool = pool or [("generic", t) for t in GENERIC_TEMPLATES]
     rng.shuffle(pool)
     out: list[str] = []
     for kind, template in pool:

@@ -36,7 +36,7 @@ SETTINGS = {
     "sft": {"tasks": 400, "seed": 10, "steps": 40, "batch_size": 16, "learning_rate": 1e-4, "frozen_layers": 15,
             "torch_seed": 0},
     "vasd": {"recipe": "reproduce_vasd", "overrides": [],  # the recipe's values, kept here so settings.json has them
-             "recipe_values": {"single_turn_mix": 0.3, "per_device_train_batch_size": 8, "max_steps": 30,
+             "recipe_values": {"single_turn_mix": 0.5, "per_device_train_batch_size": 8, "max_steps": 30,
                                "learning_rate": 5e-5, "lmbda": 0.0, "beta": 0.0, "teacher_mode": "base"}},
     "eval": {"n": 100, "seed": 1, "max_new_tokens": 10, "batch_size": 16,
              "sampled": {"n": 20, "runs": 3, "temperature": 0.7, "seed": 0}},
@@ -269,11 +269,11 @@ def _section(before, after, before_s, after_s, train_summary, candidates) -> Sec
         "shard per turn (an episode is correct at its first correct answer attempt).",
         "VASD settings (recipe `reproduce_vasd`): full fine-tuning, fp32, 30 steps x 8 rows, lr 5e-5 constant, "
         "forward KL (`beta` 0) at temperature 1 on the frozen SFT teacher's sampled response in the single-turn view "
-        "(`lmbda` 0), the student's own greedy replies to the earlier shards, `single_turn_mix` 0.3 "
-        "(about 20 s per step on 2 cores, 9.4 min). It closes the multi-turn gap but erodes the single-turn views "
-        "(FULL and CONCAT fall by 13-18 points), the erosion DESIGN.md records for too little single-turn replay. "
-        "Not run for lack of CPU time: the same with `single_turn_mix` 0.5 and 12 rows per step, the next thing "
-        "to try.",
+        "(`lmbda` 0), the student's own greedy replies to the earlier shards, and `single_turn_mix` 0.5: half of "
+        "the rows replay the single-turn view against the teacher. Tried before it (make reproduce of 2026-12-01): "
+        "`single_turn_mix` 0.3, which closed the multi-turn gap too (P_sharded 0.21 -> 0.72) but eroded the "
+        "single-turn views (P_full 0.77 -> 0.59, P_concat 0.80 -> 0.67), the erosion DESIGN.md records for too "
+        "little single-turn replay.",
         "P_full and P_concat are counted as kept when they drop by at most 2 points (a rise is not a miss). "
         "A90 and U90-10 come from the sampled runs; with one greedy run per task A90 equals P and U90-10 is 0.",
     ]

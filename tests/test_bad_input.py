@@ -183,10 +183,12 @@ EMPTY_DATA = {
     "followup_rl": (["contexts=[]"], "contexts: empty"),
     "vasd": (["model_name_or_path=tiny:chatml", "train_data=null", "synthetic_tasks=0"], "train_data / synthetic"),
 }
+# eval off and empty: the recipes' own eval data lives in ../shared/data, which a checkout without it lacks (that
+# error would come first and name the eval file).
 MISSING_DATA = {
-    "collab_sft": f"train_datasets=[conversations:{MISSING}.jsonl]",
-    "followup_rl": f"contexts=[gsm8k:{MISSING}/train.jsonl]",
-    "vasd": f"train_data={MISSING}.jsonl",
+    "collab_sft": [f"train_datasets=[conversations:{MISSING}.jsonl]", "eval.enabled=false", "eval.datasets=[]"],
+    "followup_rl": [f"contexts=[gsm8k:{MISSING}/train.jsonl]", "eval.enabled=false", "eval.datasets=[]"],
+    "vasd": [f"train_data={MISSING}.jsonl"],
 }
 GENERIC = {
     "unknown-key": (["learning_rat=1e-4"], "learning_rat"),
@@ -217,7 +219,7 @@ def test_recipe_bad_input_prints_one_line(recipe, kind, train, capsys, tmp_path)
     if kind == "empty-data":
         extra, expected = EMPTY_DATA[method]
     elif kind == "missing-data":
-        extra, expected = [MISSING_DATA[method]], MISSING
+        extra, expected = MISSING_DATA[method], MISSING
     else:
         extra, expected = GENERIC[kind]
     # GPU recipes: no bf16 on a CPU-only machine, or that (correct) error would come first

@@ -138,6 +138,10 @@ def _pct(cell: dict | None) -> float | None:
     return None if not cell or cell.get("rate") is None else 100 * cell["rate"]
 
 
+def _share(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+
+
 def run(out: Path) -> repro.Section:
     out = Path(out)
     logs = out / "logs"
@@ -286,8 +290,9 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"single-turn HealthBench contexts ({SETTINGS['sft_recipe']}: labels {(data.get('template') or {}).get('labels')}). "
          f"{data.get('dropped_heldout_overlap', 0)} training conversations opened a held-out context and were dropped."),
         (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
-         f"{judge['false_positive_rate']:.2f}), but it under-calls genuine follow-ups (it calls 13.9% of the labelled "
-         "test turns genuine where careful labels say 26.7%). The SFT data it kept, and the RL reward it gives, teach "
+         f"{judge['false_positive_rate']:.2f}), but it under-calls genuine follow-ups (it calls "
+         f"{_share(judge['judge_genuine_rate'])} of the labelled test turns genuine where careful labels say "
+         f"{_share(judge['human_genuine_rate'])}). The SFT data it kept, and the RL reward it gives, teach "
          "what it recognises: the after-training rates measure movement toward that judge's notion of a follow-up, "
          "read against the 20 turns shown and the label table, not a human-rated rate."),
         (f"Intervals are Wilson intervals over turns; the {p['samples']} turns per context are not independent, so "

@@ -135,14 +135,16 @@ def read_json(path: Path) -> dict:
 
 
 def judge_about() -> dict:
-    """{name, version, kappa, false_positive_rate, n} of the reproduction's judge on the labels' test split."""
+    """{name, version, kappa, false_positive_rate, n, judge_genuine_rate, human_genuine_rate} of the reproduction's
+    judge on the labels' test split."""
     from fic.judges import make_judge
     from fic.judges.validity import judge_validity
 
     validity = judge_validity(make_judge(JUDGE))
     test = validity.get("test") or {}
     return {"kind": JUDGE, "name": validity["name"], "version": validity["version"], "n": test.get("n"),
-            "kappa": test.get("binary_kappa"), "false_positive_rate": test.get("false_positive_rate")}  # fmt: skip
+            "kappa": test.get("binary_kappa"), "false_positive_rate": test.get("false_positive_rate"),
+            "judge_genuine_rate": test.get("judge_genuine_rate"), "human_genuine_rate": test.get("human_genuine_rate")}  # fmt: skip
 
 
 def judge_line(judge: dict) -> str:

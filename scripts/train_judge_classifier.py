@@ -72,6 +72,32 @@ def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def labelled_rows(labels: str | Path, shared: str | Path | None) -> list[dict]:
+    """The labelled turns, then (with `shared`, the folder holding mt_bench/) the constructed MT-Bench cases.
+
+    Real people's second turns (after GPT-4's answer) and failures built from them: the human side of the
+    distribution, rare among a small model's turns; split `constructed`, always in training, never in a score."""
+    rows = load(Path(labels))
+    for r in rows:
+        r.setdefault("source", "labelled")
+    if shared:
+        from fic.judges.constructed import mt_bench_constructed_cases
+
+        for case, kind in mt_bench_constructed_cases(shared):
+            label = CONSTRUCTED_LABELS[kind]
+            rows.append({"messages": case.messages, "user_turn": case.user_turn, "label": label, "source": "constructed",
+                         "genuine": label == GENUINE_FOLLOWUP, "split": "constructed", "dataset": "mt_bench",
+                         "item_id": f"constructed-{len(rows)}"})  # fmt: skip
+    return rows
+
+
+def item_folds(rows: list[dict], pool: list[int], folds: int) -> list[list[int]]:
+    """`pool`'s row indices in `folds` folds, grouped by item (every sample of an item in one fold), fixed order."""
+    items = sorted({(rows[i]["dataset"], str(rows[i]["item_id"])) for i in pool}, key=lambda k: _hash(k))
+    fold_of = {item: n % folds for n, item in enumerate(items)}
+    return [[i for i in pool if fold_of[(rows[i]["dataset"], str(rows[i]["item_id"]))] == f] for f in range(folds)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
@@ -86,19 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    rows = load(Path(args.labels))
-    for r in rows:
-        r.setdefault("source", "labelled")
-    if args.mt_bench:
-        # Real people's second turns (after GPT-4's answer) and failures built from them: the human side of the
-        # distribution, rare among a small model's turns. Always in training, never in a score.
-        from fic.judges.constructed import mt_bench_constructed_cases
-
-        for case, kind in mt_bench_constructed_cases(args.mt_bench):
-            label = CONSTRUCTED_LABELS[kind]
-            rows.append({"messages": case.messages, "user_turn": case.user_turn, "label": label, "source": "constructed",
-                         "genuine": label == GENUINE_FOLLOWUP, "split": "constructed", "dataset": "mt_bench",
-                         "item_id": f"constructed-{len(rows)}"})  # fmt: skip
+    rows = labelled_rows(args.labels, args.mt_bench)
     cases = [Case(r["messages"], r["user_turn"]) for r in rows]
     rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
     rule_verdicts, open_cases = rules.rule_verdicts(cases, features=True)
@@ -136,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return verdicts
 
     # Grouped cross-validation on train + dev: every item's samples sit in one fold.
-    items = sorted({(rows[i]["dataset"], str(rows[i]["item_id"])) for i in fit_pool}, key=lambda k: _hash(k))
-    fold_of = {item: n % args.folds for n, item in enumerate(items)}
-    folds = [[i for i in fit_pool if fold_of[(rows[i]["dataset"], str(rows[i]["item_id"]))] == f]
-             for f in range(args.folds)]  # fmt: skip
+    folds = item_folds(rows, fit_pool, args.folds)
     pool_rows = [rows[i] for f in folds for i in f]
     best = None
     for l2 in L2_GRID:

@@ -399,6 +399,8 @@ class HeuristicJudge:
         def cos(a: str, b: str) -> float:
             return float(embeddings[a] @ embeddings[b]) if a in embeddings and b in embeddings else 0.0
 
+        from .classifier import feature_vector  # the classifier's inputs live beside their names
+
         open_cases = []
         for i, ctx, f in pending:
             cos_q = cos(f.text, ctx.question) if f.need_q else None
@@ -605,92 +607,3 @@ class HeuristicJudge:
         if not f.english:
             confidence, why = min(confidence, 0.45), why + " (not English: the encoder is English-only)"
         return self._verdict(GENUINE_FOLLOWUP, confidence, why + sims, **scores)
-
-
-_SENTENCE_END = re.compile(r"[.!?]+(?:\s|$)")
-# Pointing at what the assistant produced: "this paragraph", "those interactions", "you just provided", "you have set".
-_DEIXIS = re.compile(
-    r"\b(?:this|that|these|those|your|the above|the same)\s+(?:\w+\s+)?(?:paragraph|email|letter|story|tale|post|poem|"
-    r"essay|text|answer|response|reply|explanation|list|plan|itinerary|summary|critique|version|sentence|line|step|"
-    r"calculation|number|result|advice|information|interactions?|options?|points?|suggestions?|steps?|ideas?|"
-    r"headlines?|recommendations?|examples?|things?|one|part|section)\b"
-    r"|\byou(?:'ve| have| just| had)?\s+(?:just\s+)?(?:said|mentioned|wrote|written|provided|shared|set|gave|given|listed|"
-    r"described|explained|suggested|recommended|used|included|added|made|calculated|chose|called)\b",
-    re.IGNORECASE,
-)
-# Asking to change the assistant's piece: the hallmark of a follow-up on writing tasks.
-_REVISION = re.compile(
-    r"\b(?:rewrite|rephrase|revise|reimagine\w*|edit|improve|shorten|shorter|longer|expand|simplify|summari[sz]e|"
-    r"summary|more (?:\w+ )?(?:engaging|concise|detailed|formal|casual|vivid|evocative|immersive|persuasive)|less \w+|"
-    r"add (?:a|an|more|another)|change (?:the|it|this)|make (?:it|this|that|the))\b",
-    re.IGNORECASE,
-)
-_SECOND_PERSON = re.compile(r"\b(?:you|your|you're|yours)\b", re.IGNORECASE)
-
-
-def _last_sentence_words(text: str) -> list[str]:
-    parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p.strip()]
-    return _words(parts[-1]) if parts else []
-
-
-def feature_vector(
-    f: _Features, ctx: _Context, cos_q: float, cos_a: float, cos_qa: float, rule: Verdict
-) -> list[float]:
-    """The classifier's inputs for one case, in the order of `fic.judges.classifier.FEATURES`."""
-    text = f.text
-    words = _words(text)
-    content = _content(words)
-    n_content = max(1, len(content))
-    numbers = set(_NUMBER.findall(text))
-    q_numbers = set(_NUMBER.findall(ctx.question))
-    a_numbers = set(_NUMBER.findall(ctx.answer))
-    answer_only = (content | numbers) & ctx.answer_only
-    novel = content - ctx.q_content - ctx.a_content
-    vocab_share, _ = _vocabulary_share(text)
-    letters = [c for c in text if not c.isspace()]
-    q_words = _words(ctx.question)
-    q_last = _last_sentence_words(ctx.question)
-    u_last = set(_last_sentence_words(text))
-    return [
-        cos_q,
-        cos_a,
-        cos_qa,
-        cos_a - cos_q,
-        f.scores.get("contain_q", 0.0),
-        f.scores.get("contain_a", 0.0),
-        len(content & ctx.q_content) / n_content,
-        len(content & ctx.a_content) / n_content,
-        float(len(answer_only)),
-        len(answer_only) / n_content,
-        float(len(numbers - q_numbers - a_numbers)),
-        float(len(numbers & q_numbers)),
-        len(novel) / n_content,
-        float(np.log1p(len(words))),
-        float(any(mark in text for mark in "?？¿")),
-        float(text.rstrip().endswith("?")),
-        float(text.count("?")),
-        float(len(_SENTENCE_END.findall(text + " "))),
-        vocab_share,
-        len(set(words)) / max(1, len(words)),
-        float(f.explicit_reference),
-        float(f.reference and not f.explicit_reference),
-        float(bool(_SECOND_PERSON.search(text))),
-        float(f.followup_phrase),
-        float(bool(_REQUEST.search(text))),
-        float(bool(_STATEMENT.search(text))),
-        float(bool(q_words) and words[:3] == q_words[:3]),
-        len(u_last & set(q_last)) / max(1, len(set(q_last))),
-        float(f.english),
-        float(rule.label == GENUINE_FOLLOWUP),
-        rule.confidence or 0.0,
-        float(rule.label == NEW_TASK_PROMPT),
-        float(rule.label == PREVIOUS_TURN_RESTATE),
-        f.scores.get("shared_share", 0.0),
-        float(len(words) > 40),
-        sum(not c.isascii() for c in letters) / max(1, len(letters)),
-        sum(c.isdigit() for c in letters) / max(1, len(letters)),
-        float(bool(_DEIXIS.search(text))),
-        float(bool(_REVISION.search(text))),
-        len(content - ctx.q_content) / n_content,  # content not from the user's message
-        float(bool(content) and content <= ctx.q_content | _GENERIC),  # only the user's own words
-    ]

@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""What else the learned judge's classifier could use, measured by grouped cross-validation on train + dev only.
+
+    python scripts/judge_ablations.py [--lm smollm2] [--out outputs/judge_ablations.json]
+
+Same rows, folds (by item) and rules as `scripts/train_judge_classifier.py`: the classifier sees the cases the surface
+rules leave open, the constructed MT-Bench cases are in every training fold, the rules decide the rest. Variants:
+
+* `base`: the shipped features (`fic.judges.classifier.FEATURES`), logistic regression;
+* `+turn_embedding`: plus the turn's all-MiniLM-L6-v2 embedding (384 numbers);
+* `+embedding_differences`: plus turn - question and turn - answer embeddings;
+* `turn_embedding_only`;
+* `boosted_trees`, `random_forest`: the shipped features, non-linear models;
+* with `--lm MODEL` (22 min on 2 cores for `smollm2`): the turn's log-likelihood under MODEL after the real exchange,
+  after the question with a blank answer ("OK."), after the answer with a blank question ("Hi."), and alone; their
+  differences are how much the answer (or the question) makes the turn likelier, a pointwise mutual information:
+  `lm_only` and `base+lm`.
+
+Each variant's threshold is chosen on its own cross-validated probabilities (highest binary kappa with the
+false-positive rate <= 10%), which flatters every variant alike: compare them with one another, not with the test
+split (which this script never reads). Needs scikit-learn (a dependency of sentence-transformers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from train_judge_classifier import ROOT, item_folds, labelled_rows  # noqa: E402
+
+from fic.judges import Case  # noqa: E402
+from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig, get_encoder  # noqa: E402
+from fic.metrics import cohen_kappa  # noqa: E402
+
+
+def cross_validated(make, x: np.ndarray, y: np.ndarray, folds: list[list[int]], train_extra: list[int]) -> dict:
+    """P(genuine) of every fold's rows from a model fitted on the other folds (+ `train_extra`), classes balanced."""
+    p = {}
+    for f, held in enumerate(folds):
+        train = [i for g, other in enumerate(folds) if g != f for i in other] + train_extra
+        weight = np.where(y[train], (~y[train]).sum() / max(1, y[train].sum()), 1.0)
+        model = make().fit(x[train], y[train], **{_weight_arg(make): weight})
+        p.update(zip(held, model.predict_proba(x[held])[:, 1]))
+    return p
+
+
+def _weight_arg(make) -> str:
+    step = make()
+    return f"{step.steps[-1][0]}__sample_weight" if hasattr(step, "steps") else "sample_weight"
+
+
+def best_threshold(p: dict, rules: dict, y: np.ndarray, pool: list[int], rows: list[dict]) -> dict:
+    """The whole judge (rules where they decide, the classifier elsewhere) at its best threshold with FPR <= 10%."""
+    human = y[pool]
+    best = None
+    for threshold in np.arange(0.2, 0.91, 0.025):
+        judged = np.array([p[i] >= threshold if i in p else rules[i] for i in pool])
+        fpr = float(judged[~human].mean())
+        kappa = cohen_kappa(list(human), list(judged))
+        if best is None or kappa - (fpr > 0.10) > best[0]:
+            gaps = {}
+            for dataset in sorted({rows[i]["dataset"] for i in pool}):
+                m = np.array([rows[i]["dataset"] == dataset for i in pool])
+                gaps[dataset] = round(100 * float(judged[m].mean() - human[m].mean()), 1)
+            best = (kappa - (fpr > 0.10), {"threshold": round(float(threshold), 3), "binary_kappa": round(kappa, 3),
+                                           "false_positive_rate": round(fpr, 3), "gap_points": gaps})  # fmt: skip
+    return best[1]
+
+
+def lm_features(model_name: str, cases: list[Case]) -> np.ndarray:
+    """Per case: mean log-likelihood of the turn (user role, the model's chat template) after the exchange, after
+    the question alone, after the answer alone and with no context, and the three differences."""
+    import torch
+
+    from fic.generation.decode import model_kwargs
+    from fic.modeling import load_model, load_tokenizer, resolve_model_name
+
+    path = resolve_model_name(model_name)
+    tokenizer, model = load_tokenizer(path), load_model(path, dtype="float32").eval()
+
+    def clip(text: str, n: int) -> str:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return tokenizer.decode(ids[:n]) if len(ids) > n else text
+
+    def header(messages: list[dict]) -> list[int]:  # the prefix up to where the user's text starts
+        marker = "\x00"
+        text = tokenizer.apply_chat_template([*messages, {"role": "user", "content": marker}], tokenize=False)
+        return tokenizer(text[: text.index(marker)], add_special_tokens=False)["input_ids"]
+
+    cache_kw, _ = model_kwargs(model)
+
+    @torch.no_grad()
+    def mean_logprob(prefix: list[int], turns: list[list[int]]) -> list[float]:
+        """One prefill of the prefix, its cache repeated for the turns (right-padded: pads come after what counts)."""
+        out = model(torch.tensor([prefix[:-1]]), use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        cache.batch_repeat_interleave(len(turns))
+        width = max(map(len, turns))
+        ids = torch.tensor([[prefix[-1], *t] + [0] * (width - len(t)) for t in turns])
+        mask = torch.ones(len(turns), len(prefix) + width, dtype=torch.long)
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, **{cache_kw: cache}).logits.float(), -1)
+        return [float(logp[k, : len(t)].gather(1, torch.tensor(t)[:, None]).mean()) for k, t in enumerate(turns)]
+
+    end = tokenizer.eos_token or ""
+    turns = [tokenizer(clip(c.user_turn.strip(), 96) + end, add_special_tokens=False)["input_ids"] for c in cases]
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(cases):
+        groups.setdefault((clip(c.previous_user_text, 256), clip(c.assistant_text, 256)), []).append(i)
+    out = np.zeros((len(cases), 4))
+    from tqdm.auto import tqdm
+
+    for (q, a), idx in tqdm(groups.items(), desc="lm features"):
+        views = ([{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                 [{"role": "user", "content": q}, {"role": "assistant", "content": "OK."}],
+                 [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": a}], [])  # fmt: skip
+        for col, messages in enumerate(views):
+            out[idx, col] = mean_logprob(header(messages), [turns[i] for i in idx])
+    return np.hstack([out, out[:, :1] - out[:, 1:]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
+    parser.add_argument("--shared", default=str(ROOT.parent / "shared/data"), help="holds mt_bench/ ('' for none)")
+    parser.add_argument("--folds", type=int, default=7)
+    parser.add_argument("--lm", help="also try log-likelihood features from this model (e.g. smollm2; slow)")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs/judge_ablations.json")
+    args = parser.parse_args(argv)
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rows = labelled_rows(args.labels, args.shared)
+    cases = [Case(r["messages"], r["user_turn"]) for r in rows]
+    judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+    verdicts, open_cases = judge.rule_verdicts(cases, features=True)
+    opened = dict(open_cases)
+    y = np.array([bool(r["genuine"]) for r in rows])
+    rules = {i: v.genuine for i, v in enumerate(verdicts)}
+    pool = [i for i, r in enumerate(rows) if r["split"] in ("train", "dev")]
+    folds = [[i for i in f if i in opened] for f in item_folds(rows, pool, args.folds)]
+    constructed = [i for i, r in enumerate(rows) if r["split"] == "constructed" and i in opened]
+
+    base = np.zeros((len(rows), len(next(iter(opened.values())))))
+    for i, vector in opened.items():
+        base[i] = vector
+    encoder = get_encoder()
+    encoder.max_seq_length = judge.config.max_seq_length
+
+    def embed(texts):
+        return encoder.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+
+    turn, question, answer = (embed([getattr(c, k) for c in cases])
+                              for k in ("user_turn", "previous_user_text", "assistant_text"))  # fmt: skip
+
+    def logistic(c):
+        return lambda: make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))
+
+    variants = {}
+    for c in (0.003, 0.01, 0.03, 0.1):  # C = 1 / the training script's l2 (same scaling)
+        variants[f"base C={c}"] = (logistic(c), base)
+        variants[f"+turn_embedding C={c}"] = (logistic(c), np.hstack([base, turn]))
+        variants[f"+embedding_differences C={c}"] = (logistic(c), np.hstack([base, turn - question, turn - answer]))
+        variants[f"turn_embedding_only C={c}"] = (logistic(c), turn)
+    for depth in (2, 3):
+        variants[f"boosted_trees depth={depth}"] = (
+            lambda d=depth: HistGradientBoostingClassifier(max_depth=d, learning_rate=0.03, max_iter=200,
+                                                           l2_regularization=1.0, random_state=0), base)  # fmt: skip
+    for leaf in (3, 10):
+        variants[f"random_forest leaf={leaf}"] = (
+            lambda n=leaf: RandomForestClassifier(500, min_samples_leaf=n, random_state=0, n_jobs=2),
+            base,
+        )
+    if args.lm:
+        lm = lm_features(args.lm, cases)
+        for c in (0.003, 0.01, 0.03, 0.1):
+            variants[f"lm_only C={c}"] = (logistic(c), lm)
+            variants[f"base+lm C={c}"] = (logistic(c), np.hstack([base, lm]))
+
+    results = {}
+    for name, (make, x) in variants.items():
+        p = cross_validated(make, x, y, folds, constructed)
+        results[name] = best_threshold(p, rules, y, pool, rows)
+        r = results[name]
+        print(f"{name:36s} kappa {r['binary_kappa']:.3f}  FPR {r['false_positive_rate']:.3f}  "
+              f"threshold {r['threshold']:.3f}  gaps {r['gap_points']}", flush=True)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"labels": args.labels, "folds": args.folds, "lm": args.lm, "variants": results},
+                                   indent=1) + "\n", encoding="utf-8")  # fmt: skip
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

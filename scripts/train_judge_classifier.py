@@ -35,6 +35,7 @@ CONSTRUCTED_LABELS = {"genuine": GENUINE_FOLLOWUP, "restate_verbatim": "previous
                       "new_task": "new_task_prompt"}  # fmt: skip
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.2, 0.91, 0.05))
 CASCADE_THRESHOLD = 0.85  # `fic judge --judge cascade`'s default
+CASCADE_CURVE = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds at which the routed share and its gain are reported
 
 
 def figures(rows: list[dict], labels: list[str], genuine: list[bool], confidence: list[float] | None = None) -> dict:
@@ -58,13 +59,14 @@ def figures(rows: list[dict], labels: list[str], genuine: list[bool], confidence
         out["per_dataset"][dataset] = {"n": len(idx), "human_rate": round(h, 4), "judge_rate": round(j, 4),
                                        "gap_points": round(100 * (j - h), 1)}  # fmt: skip
     if confidence is not None:
-        unsure = [c is None or c < CASCADE_THRESHOLD for c in confidence]
-        routed = [r["genuine"] if u else g for r, g, u in zip(rows, genuine, unsure)]
-        out["cascade"] = {
-            "threshold": CASCADE_THRESHOLD,
-            "unsure_share": round(sum(unsure) / max(1, len(unsure)), 4),
-            "binary_kappa_if_unsure_go_to_labels": round(cohen_kappa(human, routed), 4),
-        }
+        curve = []
+        for threshold in CASCADE_CURVE:
+            unsure = [c is None or c < threshold for c in confidence]
+            routed = [r["genuine"] if u else g for r, g, u in zip(rows, genuine, unsure)]
+            curve.append({"threshold": threshold, "unsure_share": round(sum(unsure) / max(1, len(unsure)), 4),
+                          "binary_kappa_if_unsure_go_to_labels": round(cohen_kappa(human, routed), 4)})  # fmt: skip
+        out["cascade"] = next(c for c in curve if c["threshold"] == CASCADE_THRESHOLD)
+        out["cascade_curve"] = curve
     return out
 
 
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 judge.classifier = FollowupClassifier(model.genuine, model.failure, threshold, keep)
                 verdicts = [judge._learned_verdict(rule_verdicts[i], float(p_cv[i]), fail_cv[i]) if i in p_cv
                             else rule_verdicts[i] for i in order]  # fmt: skip
-                f = figures(pool_rows, [v.label for v in verdicts], [v.genuine for v in verdicts])
+                f = figures(pool_rows, [v.label for v in verdicts], [v.genuine for v in verdicts],
+                            [v.confidence for v in verdicts])  # fmt: skip
                 gap = max(abs(d["gap_points"]) for d in f["per_dataset"].values())
                 score = f["binary_kappa"] - (1.0 if f["false_positive_rate"] > 0.10 else 0.0) - 0.002 * gap
                 if best is None or score > best[0]:

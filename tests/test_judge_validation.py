@@ -82,3 +82,22 @@ def test_probe_summary_and_report_carry_the_judge_validity(tmp_path):
     assert saved["judge_validity"] == summary["judge_validity"]
     html = (tmp_path / "out" / "report.html").read_text()
     assert "held-out labelled real turns" in html and "binary kappa" in html
+
+
+def test_learned_confidence_is_symmetric_about_its_threshold():
+    """A classifier verdict is unsure at its P(genuine) threshold and as sure at P 1 as at P 0, so a cascade can
+    trust confident genuine verdicts too (with the room above the threshold smaller than below it)."""
+    from fic.judges import Verdict
+
+    judge = make_judge("learned")
+    threshold = judge.classifier.threshold
+    rule = Verdict(label="new_task_prompt", confidence=0.6, rationale="r", judge="heuristic")
+
+    def confidence(p: float) -> float:
+        return judge._learned_verdict(rule, p, "new_task_prompt").confidence
+
+    assert confidence(threshold) == pytest.approx(0.5)
+    assert confidence(1.0) == pytest.approx(0.95) == confidence(0.0)
+    assert judge._learned_verdict(rule, 1.0, "new_task_prompt").genuine
+    mid_above, mid_below = (threshold + 1) / 2, threshold / 2
+    assert confidence(mid_above) == pytest.approx(confidence(mid_below))

@@ -430,7 +430,9 @@ class HeuristicJudge:
         else:
             label, why = failure, f"classifier: P(genuine) {p_genuine:.2f}, likeliest {failure}; rules said genuine"
         # Far from the threshold on either side is as sure as the surer rules; near it, unsure (cascade material).
-        margin = abs(p_genuine - model.threshold) / max(model.threshold, 1 - model.threshold)
+        # The margin is measured against the room on its own side, so P(genuine) 1 is as sure as P(genuine) 0.
+        room = (1 - model.threshold) if p_genuine >= model.threshold else model.threshold
+        margin = abs(p_genuine - model.threshold) / max(room, 1e-9)
         confidence = 0.5 + 0.45 * min(1.0, margin)
         return Verdict(label=label, confidence=confidence, rationale=why, judge=self.name, extra=extra)
 

@@ -9,7 +9,8 @@ student view, the others from the dataset), `single_turn_mix: 0`. Measured three
 * `generate`: the same rollouts through `model.generate` and TRL's `_generate_single_turn` (VASD's path before it,
   kept as `Rollouts.backend = "generate"`);
 * `precomputed`: the same step with the rollouts done beforehand (the shard replies written into a fixed `prompt`,
-  the responses into `completion`, `lmbda: 0`): pure training.
+  the responses into `completion`, `lmbda: 0`): pure training;
+* on CPU also `fast_one_thread`: `fast` with `rollout_cpu_threads: 1` (torch on one thread while decoding).
 
 A random-init model ends a turn only by chance, where an instruct model's replies end at all lengths below the
 limit. So that the rollouts do what they do with a real model, the head's end-of-turn row is raised (`end_bias`)
@@ -17,7 +18,9 @@ until greedy replies end after about half of `rollout_max_new_tokens` on average
 
 Figures: `speedup_vs_generate` (step time, `generate` / `fast`; target >= 3 at the CPU size), `rollout_share`
 (share of the `fast` step spent generating, wall clock), `onpolicy_over_offpolicy` (step time, `fast` /
-`precomputed`). Step times are CPU time on CPU (see common.py), wall time on CUDA; `*_wall` figures are wall-clock.
+`precomputed`), and on CPU `speedup_vs_generate_one_thread` (`generate` / `fast_one_thread`). Step times are CPU
+time on CPU (see common.py), wall time on CUDA; `*_wall` figures are wall-clock (read the one-thread figure in wall
+time: one thread also halves the CPU seconds per wall second, which flatters its CPU-time ratio).
 
     python benchmarks/vasd_onpolicy.py [--size smoke|cpu|gpu] [--repeats 3]
 """
@@ -60,7 +63,7 @@ SIZES = {
         rows=64,
     ),  # fmt: skip
 }
-KINDS = ("fast", "generate", "precomputed")
+KINDS = ("fast", "generate", "precomputed", "fast_one_thread")
 
 
 def shard_rows(tokenizer, size: Size, seed: int) -> list[dict]:
@@ -136,6 +139,7 @@ def make_trainer(kind: str, path: str, size: Size, rows: list[dict], device: str
         teacher_mode="base", lmbda=0.0 if kind == "precomputed" else 0.5,
         single_turn_mix=0.0, beta=0.5, temperature=1.0, max_completion_length=size.completion_tokens,
         rollout_max_new_tokens=size.rollout_tokens, shuffle_dataset=False,
+        rollout_cpu_threads=1 if kind == "fast_one_thread" else None,
     )  # fmt: skip
     trainer = VASDTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           peft_config=training.lora_config(spec))  # fmt: skip
@@ -177,8 +181,11 @@ def main(argv: list[str] | None = None) -> dict:
     trainers = {k: make_trainer(k, path, size, rows, args.device, args.seed, bias) for k in KINDS[:2]}
     pre_rows = precompute(trainers["fast"], rows)
     trainers["precomputed"] = make_trainer("precomputed", path, size, pre_rows, args.device, args.seed, bias)
+    kinds = KINDS if args.device == "cpu" else KINDS[:3]
+    if "fast_one_thread" in kinds:
+        trainers["fast_one_thread"] = make_trainer("fast_one_thread", path, size, rows, args.device, args.seed, bias)
 
-    rollout_s = {k: [] for k in KINDS}
+    rollout_s = {k: [] for k in kinds}
     for kind, trainer in trainers.items():
         take = trainer._rollouts.take_seconds
 
@@ -203,7 +210,10 @@ def main(argv: list[str] | None = None) -> dict:
         "generate_rollout_share": share["generate"],
         "mean_reply_tokens": mean_reply,
     }
-    for kind in KINDS:
+    if "fast_one_thread" in kinds:
+        figures["speedup_vs_generate_one_thread"] = common.ratio(t["generate"], t["fast_one_thread"])
+        figures["speedup_vs_generate_one_thread_wall"] = common.ratio(t_wall["generate"], t_wall["fast_one_thread"])
+    for kind in kinds:
         figures[f"{kind}_step_s"] = t_wall[kind]
     return common.emit(
         NAME, figures, args, spec=asdict(size.spec), rollout_tokens=size.rollout_tokens,

@@ -124,6 +124,37 @@ def test_greedy_replies_equal_model_generate(tmp_path, model_dir, tokenizer):
         assert [m["content"] for m in view if m["role"] == "user"] == shards
 
 
+def test_rollout_cpu_threads_holds_while_decoding_and_is_restored(tmp_path, model_dir, tokenizer, monkeypatch):
+    """`rollout_cpu_threads` sets torch's thread count around each decode call only, and the greedy replies are
+    those of the default setting (one thread or two changes the order of float sums, not this model's argmax)."""
+    import fic.trainers.vasd_rollout as vasd_rollout
+
+    model = ending_model(model_dir, tokenizer)
+    seen = []
+    real_decode = vasd_rollout.decode
+
+    def recording(*args, **kw):
+        seen.append(torch.get_num_threads())
+        return real_decode(*args, **kw)
+
+    monkeypatch.setattr(vasd_rollout, "decode", recording)
+    prompts = None
+    replies = {}
+    for threads in (None, 1):
+        trainer = VASDTrainer(model, args=config(tmp_path, rollout_cpu_threads=threads), train_dataset=shard_rows(),
+                              processing_class=tokenizer)  # fmt: skip
+        if prompts is None:
+            prompts = [list(ids) for ids in trainer._tokenize_prompts([full_view(s[0]) for s in SHARDS])[0]]
+        before = torch.get_num_threads()
+        replies[threads] = trainer._rollouts.generate(prompts, as_teacher=False, temperature=0.0, max_new_tokens=12,
+                                                      greedy_override=True)  # fmt: skip
+        assert torch.get_num_threads() == before
+    assert seen == [torch.get_num_threads(), 1]
+    assert replies[1] == replies[None]
+    with pytest.raises(ValueError, match="rollout_cpu_threads"):
+        config(tmp_path, rollout_cpu_threads=0)
+
+
 def test_kept_cache_continues_a_conversation_as_a_fresh_prefill_would(tmp_path, model_dir, tokenizer):
     """The second shard turn, continued from the first turn's KV cache (only the new tokens fed), writes the replies
     a fresh prefill of the whole re-rendered conversation writes, with the tie rule of the test above."""

@@ -199,7 +199,11 @@ class Rollouts:
             max_new_tokens=max_new_tokens or t.max_completion_length, end_ids=self.end_ids(), pad_id=self._pad_id(),
             pick=pick, keep_end=True, synced=self._synced(),
         )  # fmt: skip
-        with self._generation_model(as_teacher) as unwrapped, self._merged(unwrapped, as_teacher) as model:
+        with (
+            self._generation_model(as_teacher) as unwrapped,
+            self._merged(unwrapped, as_teacher) as model,
+            _cpu_threads(t.args.rollout_cpu_threads, t.accelerator.device),
+        ):
             if reuse:
                 kept, self._kept = self._kept, None  # consumed by the call (its cache is reordered in place)
                 rows = _matching_rows(kept, prompt_ids) if kept is not None else None
@@ -353,6 +357,20 @@ class Rollouts:
             return value
         tensor = torch.tensor([value], dtype=torch.long, device=t.accelerator.device)
         return int(t.accelerator.gather(tensor).max().item())
+
+
+@contextmanager
+def _cpu_threads(threads: int | None, device: torch.device):
+    """torch's intra-op thread count set to `threads` for the block, on CPU only (`None`: unchanged)."""
+    if threads is None or torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _matching_rows(kept: Kept, prompts: list[list[int]]) -> list[int | None]:

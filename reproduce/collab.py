@@ -31,6 +31,7 @@ HELDOUT_MTB_CATEGORIES = ("writing", "roleplay", "extraction", "stem", "humaniti
 SETTINGS = {
     "model": repro.MODEL,
     "judge": repro.JUDGE,
+    "judge_version": repro.judge_version(),
     "seed": 0,
     "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},

@@ -31,6 +31,7 @@ SETTINGS = {
     "max_new_tokens": 48,
     "response_tokens": 128,
     "judge": repro.JUDGE,
+    "judge_version": repro.judge_version(),
     "seed": 0,
 }  # fmt: skip
 CONTROLS = ("truncate", "question")

@@ -134,6 +134,14 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def judge_version() -> str:
+    """`JUDGE`'s version (its rules and fitted classifier). The judged parts carry it in their settings, so a part
+    folder judged by an earlier classifier is refused (rerun it with `--redo PART`) instead of reused."""
+    from fic.judges import make_judge
+
+    return make_judge(JUDGE).version
+
+
 def judge_about() -> dict:
     """{name, version, kappa, false_positive_rate, n, judge_genuine_rate, human_genuine_rate} of the reproduction's
     judge on the labels' test split."""

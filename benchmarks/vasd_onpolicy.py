@@ -22,6 +22,12 @@ Figures: `speedup_vs_generate` (step time, `generate` / `fast`; target >= 3 at t
 time on CPU (see common.py), wall time on CUDA; `*_wall` figures are wall-clock (read the one-thread figure in wall
 time: one thread also halves the CPU seconds per wall second, which flatters its CPU-time ratio).
 
+The ceiling: `generation_forwards` (the forwards one `fast` step's rollouts make, counted in an extra untimed step),
+`generation_matmul_floor_s_*` (the matrix products of exactly those forwards alone, timed on the model's weights;
+on CPU on the default threads and on one) and `speedup_bound_wall` (`generate` step / (`precomputed` step + the
+smaller floor), wall clock): what a decode loop making the same forwards would reach if they cost nothing beyond
+their products.
+
     python benchmarks/vasd_onpolicy.py [--size smoke|cpu|gpu] [--repeats 3]
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -162,6 +169,61 @@ def precompute(trainer, rows: list[dict]) -> list[dict]:
     return out
 
 
+def generation_forwards(trainer) -> list[tuple[int, int]]:
+    """`(rows, tokens fed)` of every forward the rollouts of one (untimed) `trainer` step make."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    shapes: list[tuple[int, int]] = []
+    inside = [False]
+    generate = trainer._rollouts.generate
+
+    def flagged(*args, **kwargs):
+        inside[0] = True
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    def record(module, args, kwargs):
+        if inside[0]:
+            shapes.append(tuple(kwargs["input_ids"].shape))
+
+    trainer._rollouts.generate = flagged
+    handle = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        training.run_steps(trainer, 1)
+    finally:
+        handle.remove()
+        trainer._rollouts.generate = generate
+    return shapes
+
+
+def matmul_floor_s(trainer, shapes: list[tuple[int, int]], device: str, repeats: int = 5) -> float:
+    """Seconds the forwards of `shapes` spend in their weights' matrix products alone (each shape's fastest of
+    `repeats`): the model's linear layers on `rows * tokens` inputs, the head on `rows` (the last position)."""
+    import torch
+    import torch.nn.functional as F
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    weights = [(name, m.weight) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and "lora_" not in name]  # fmt: skip
+    cost: dict[tuple[int, int], float] = {}
+    with torch.no_grad():
+        for shape in sorted(set(shapes)):
+            inputs = [torch.randn(shape[0] * (1 if name.endswith("lm_head") else shape[1]), w.shape[1],
+                                  dtype=w.dtype, device=w.device) for name, w in weights]  # fmt: skip
+            best = float("inf")
+            for _ in range(repeats):
+                common.sync(device)
+                start = time.perf_counter()
+                for x, (_, w) in zip(inputs, weights):
+                    F.linear(x, w)
+                common.sync(device)
+                best = min(best, time.perf_counter() - start)
+            cost[shape] = best
+    return sum(cost[s] for s in shapes)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = common.parse(common.parser(__doc__, default_repeats=3), argv)
     size = SIZES[args.size]
@@ -185,6 +247,14 @@ def main(argv: list[str] | None = None) -> dict:
     if "fast_one_thread" in kinds:
         trainers["fast_one_thread"] = make_trainer("fast_one_thread", path, size, rows, args.device, args.seed, bias)
 
+    # What any decode loop making these forwards could reach: the step if they cost only their matrix products.
+    shapes = generation_forwards(trainers["fast"])
+    floors = {"default": matmul_floor_s(trainers["fast"], shapes, args.device)}
+    if args.device == "cpu":  # small products can run faster on one thread (see rollout_cpu_threads)
+        from fic.trainers.vasd_rollout import _cpu_threads
+
+        with _cpu_threads(1, "cpu"):
+            floors["one_thread"] = matmul_floor_s(trainers["fast"], shapes, args.device)
     rollout_s = {k: [] for k in kinds}
     for kind, trainer in trainers.items():
         take = trainer._rollouts.take_seconds
@@ -215,6 +285,10 @@ def main(argv: list[str] | None = None) -> dict:
         figures["speedup_vs_generate_one_thread_wall"] = common.ratio(t_wall["generate"], t_wall["fast_one_thread"])
     for kind in kinds:
         figures[f"{kind}_step_s"] = t_wall[kind]
+    figures["generation_forwards"] = len(shapes)
+    for threads, floor in floors.items():
+        figures[f"generation_matmul_floor_s_{threads}"] = floor
+    figures["speedup_bound_wall"] = common.ratio(t_wall["generate"], t_wall["precomputed"] + min(floors.values()))
     return common.emit(
         NAME, figures, args, spec=asdict(size.spec), rollout_tokens=size.rollout_tokens,
         completion_tokens=size.completion_tokens, words_per_shard=size.words_per_shard, rows=size.rows, grad_accum=size.grad_accum, lmbda=0.5,

@@ -32,8 +32,13 @@ FIGURES = {
     "chunked_divergence": ["peak_mem_ratio", "time_ratio", "max_abs_diff"],
     "vasd_vs_sft": ["time_ratio", "peak_mem_ratio"],
     "vasd_vs_trl": ["time_ratio_sdft", "peak_mem_ratio_sdft", "time_ratio_distill", "peak_mem_ratio_distill"],
-    "vasd_onpolicy": ["speedup_vs_generate", "rollout_share", "onpolicy_over_offpolicy", "generation_forwards",
-                      "speedup_bound_wall"],  # fmt: skip
+    "vasd_onpolicy": [
+        "speedup_vs_generate",
+        "rollout_share",
+        "onpolicy_over_offpolicy",
+        "generation_forwards",
+        "speedup_bound_wall",
+    ],  # fmt: skip
 }
 
 

@@ -10,6 +10,8 @@ rules leave open, the constructed MT-Bench cases are in every training fold, the
 * `+turn_embedding`: plus the turn's all-MiniLM-L6-v2 embedding (384 numbers);
 * `+embedding_differences`: plus turn - question and turn - answer embeddings;
 * `turn_embedding_only`;
+* `+token_alignment`, `token_alignment_only`: how the turn's MiniLM token vectors align with the question's and the
+  answer's (`alignment_features`);
 * `boosted_trees`, `random_forest`: the shipped features, non-linear models;
 * with `--lm MODEL` (22 min on 2 cores for `smollm2`): the turn's log-likelihood under MODEL after the real exchange,
   after the question with a blank answer ("OK."), after the answer with a blank question ("Hi."), and alone; their
@@ -124,6 +126,35 @@ def lm_features(model_name: str, cases: list[Case]) -> np.ndarray:
     return np.hstack([out, out[:, :1] - out[:, 1:]])
 
 
+def alignment_features(encoder, cases: list[Case]) -> np.ndarray:
+    """Token alignment of the turn with the question and with the answer (BERTScore-style, MiniLM token vectors).
+
+    Per case: the turn's tokens' mean best cosine to the question's tokens and the question's to the turn's (and
+    the same with the answer), their difference, the share of turn tokens closer to the answer than to the question
+    by 0.1, the largest such margin, the shares of turn tokens matched above 0.9 in the question and in the answer,
+    and the share matched in the question (> 0.85) but not in the answer (< 0.7): a rephrased question aligns with
+    the question token by token even where its words change."""
+
+    def tokens(texts: list[str]) -> list[np.ndarray]:
+        out = []
+        for e in encoder.encode(texts, batch_size=32, output_value="token_embeddings", show_progress_bar=False):
+            e = np.asarray(e)[1:-1]  # without [CLS] and [SEP]
+            e = e if len(e) else np.zeros((1, e.shape[1]))
+            out.append(e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-9))
+        return out
+
+    turn, question, answer = (tokens([getattr(c, k) for c in cases])
+                              for k in ("user_turn", "previous_user_text", "assistant_text"))  # fmt: skip
+    rows = []
+    for t, q, a in zip(turn, question, answer):
+        sq, sa = t @ q.T, t @ a.T
+        mq, ma = sq.max(1), sa.max(1)
+        rows.append([mq.mean(), sq.max(0).mean(), ma.mean(), sa.max(0).mean(), mq.mean() - ma.mean(),
+                     ((ma - mq) > 0.1).mean(), (ma - mq).max(), (mq > 0.9).mean(), (ma > 0.9).mean(),
+                     ((mq > 0.85) & (ma < 0.7)).mean()])  # fmt: skip
+    return np.asarray(rows, dtype=float)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
@@ -160,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     turn, question, answer = (embed([getattr(c, k) for c in cases])
                               for k in ("user_turn", "previous_user_text", "assistant_text"))  # fmt: skip
 
+    alignment = alignment_features(encoder, cases)
+
     def logistic(c):
         return lambda: make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))
 
@@ -169,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         variants[f"+turn_embedding C={c}"] = (logistic(c), np.hstack([base, turn]))
         variants[f"+embedding_differences C={c}"] = (logistic(c), np.hstack([base, turn - question, turn - answer]))
         variants[f"turn_embedding_only C={c}"] = (logistic(c), turn)
+        variants[f"+token_alignment C={c}"] = (logistic(c), np.hstack([base, alignment]))
+        variants[f"token_alignment_only C={c}"] = (logistic(c), alignment)
     for depth in (2, 3):
         variants[f"boosted_trees depth={depth}"] = (
             lambda d=depth: HistGradientBoostingClassifier(max_depth=d, learning_rate=0.03, max_iter=200,

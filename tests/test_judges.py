@@ -12,7 +12,7 @@ import re
 import pytest
 from mock_openai_server import Fault, MockOpenAIServer
 
-from fic.judges import JUDGE_ERROR, LABELS, Case, Verdict, is_genuine
+from fic.judges import JUDGE_ERROR, LABELS, Case, Verdict, is_genuine, make_judge
 from fic.judges.agreement import judgement_agreement
 from fic.judges.cache import JudgementCache, cache_key
 from fic.judges.cascade import CascadeJudge
@@ -351,6 +351,29 @@ def test_cascade_routes_only_unsure_cases_to_the_llm(heuristic):
     assert [v.label for v in async_verdicts] == [v.label for v in verdicts[:2]] + ["meta_planning"] * 2
     with pytest.raises(ValueError, match="threshold"):
         CascadeJudge(heuristic, heuristic, threshold=1.5)
+
+
+def test_cascade_sends_on_what_the_learned_judge_is_unsure_of():
+    """`make_judge("cascade")` puts the `learned` judge first. A SmolLM2 turn from the labelled train split that goes
+    on with the assistant's cut-off answer (labelled assistant_turn_restate) is called genuine by the rules with
+    confidence 0.85, so a rules-first cascade keeps that verdict; the classifier is sure it is a failure, so the
+    learned-first cascade keeps the failure and sends nothing on."""
+    question = ("Eliza's rate per hour for the first 40 hours she works each week is $10. She also receives an overtime "
+                "pay of 1.2 times her regular hourly rate. If Eliza worked for 45 hours this week, how much are her "
+                "earnings for this week?")  # fmt: skip
+    answer = ("Eliza's rate per hour is $10, and she receives an extra 1.2 times her regular hourly rate, which is $12. "
+              "This means she earns")  # fmt: skip
+    turn = answer + (" 2 times the regular hourly pay.\nFor the current week, we know that she arrives at 2:34:32")
+    labelled = case(turn, [{"role": "user", "content": question}, {"role": "assistant", "content": answer}])
+    with MockOpenAIServer(chat_reply=lambda body: _answer("genuine_followup", 0.95)) as server:
+        cascade = make_judge("cascade", base_url=server.url, model="judge-model", threshold=0.8)
+        [verdict] = cascade.judge([labelled])
+        assert not server.requests
+        [rules_first] = CascadeJudge(make_judge("heuristic"), _judge(server), threshold=0.8).judge([labelled])
+        assert not server.requests
+    assert (verdict.label, verdict.genuine) == ("assistant_turn_restate", False)
+    assert rules_first.genuine, "the rules' confident verdict on this turn (if this fails, the example lost its point)"
+    assert cascade.version == f"cascade({make_judge('learned').version} -> llm:judge-model below 0.8)"
 
 
 # ---------------------------------------------------------------- agreement

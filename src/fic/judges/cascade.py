@@ -1,6 +1,6 @@
 """Cascade judge: a cheap judge decides what it is sure of, an expensive one decides the rest.
 
-The first judge (the offline heuristic) labels every case; verdicts with confidence >= `threshold` stand, the rest
+The first judge (the offline `learned` judge, in `make_judge("cascade")`) labels every case; verdicts with confidence >= `threshold` stand, the rest
 (and any `judge_error` of the first judge) go to the second judge (an LLM judge) in one batch. Every verdict keeps
 the name of the judge that decided it in `Verdict.judge`; an escalated verdict also records the first judge's
 opinion in `extra["first"]`, so the routing can be audited and the threshold tuned afterwards.
@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 class CascadeJudge:
     """
     Args:
-        first: the cheap judge (usually `HeuristicJudge`).
+        first: the cheap judge (usually `HeuristicJudge` with its classifier: `make_judge("learned")`).
         second: the judge for the cases `first` is unsure of (usually `LLMJudge`).
         threshold: the confidence from which a verdict of `first` stands, in [0, 1].
     """
@@ -30,6 +30,13 @@ class CascadeJudge:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold={threshold!r} must be in [0, 1] (the first judge's confidence to trust).")
         self.first, self.second, self.threshold = first, second, threshold
+
+    @property
+    def version(self) -> str:
+        """What routed and what decided: the first judge's version, the second judge's name, the threshold."""
+        first = getattr(self.first, "version", None) or getattr(self.first, "name", type(self.first).__name__)
+        second = getattr(self.second, "name", type(self.second).__name__)
+        return f"cascade({first} -> {second} below {self.threshold:g})"
 
     def judge(self, cases: list[Case]) -> list[Verdict]:
         verdicts, unsure = self._first(cases)

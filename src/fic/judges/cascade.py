@@ -1,9 +1,9 @@
 """Cascade judge: a cheap judge decides what it is sure of, an expensive one decides the rest.
 
-The first judge (the offline `learned` judge, in `make_judge("cascade")`) labels every case; verdicts with confidence >= `threshold` stand, the rest
-(and any `judge_error` of the first judge) go to the second judge (an LLM judge) in one batch. Every verdict keeps
-the name of the judge that decided it in `Verdict.judge`; an escalated verdict also records the first judge's
-opinion in `extra["first"]`, so the routing can be audited and the threshold tuned afterwards.
+The first judge (the offline `learned` judge, in `make_judge("cascade")`) labels every case; verdicts with confidence
+>= `threshold` stand, the rest (and any `judge_error` of the first judge) go to the second judge (an LLM judge) in one
+batch. Every verdict keeps the name of the judge that decided it in `Verdict.judge`; an escalated verdict also records
+the first judge's opinion in `extra["first"]`, so the routing can be audited and the threshold tuned afterwards.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_judge_classifier import ROOT, item_folds, labelled_rows  # noqa: E402
+from train_judge_classifier import ROOT, item_folds, rules_and_features  # noqa: E402
 
 from fic.judges import Case  # noqa: E402
 from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig, get_encoder  # noqa: E402
@@ -235,11 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    rows = labelled_rows(args.labels, args.shared)
-    cases = [Case(r["messages"], r["user_turn"]) for r in rows]
+    rows, cases, verdicts, opened = rules_and_features(args.labels, args.shared)
     judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
-    verdicts, open_cases = judge.rule_verdicts(cases, features=True)
-    opened = dict(open_cases)
     y = np.array([bool(r["genuine"]) for r in rows])
     rules = {i: v.genuine for i, v in enumerate(verdicts)}
     pool = [i for i, r in enumerate(rows) if r["split"] in ("train", "dev")]

@@ -93,6 +93,15 @@ def labelled_rows(labels: str | Path, shared: str | Path | None) -> list[dict]:
     return rows
 
 
+def rules_and_features(labels: str | Path, shared: str | Path | None):
+    """`labelled_rows`, their cases, the rules-only judge's verdict on each, and the classifier features of the cases
+    the rules leave open (`{row index: vector}`): what both this script and `judge_ablations.py` start from."""
+    rows = labelled_rows(labels, shared)
+    cases = [Case(r["messages"], r["user_turn"]) for r in rows]
+    verdicts, open_cases = HeuristicJudge(HeuristicJudgeConfig(classifier=None)).rule_verdicts(cases, features=True)
+    return rows, cases, verdicts, dict(open_cases)
+
+
 def item_folds(rows: list[dict], pool: list[int], folds: int) -> list[list[int]]:
     """`pool`'s row indices in `folds` folds, grouped by item (every sample of an item in one fold), fixed order."""
     items = sorted({(rows[i]["dataset"], str(rows[i]["item_id"])) for i in pool}, key=lambda k: _hash(k))
@@ -114,11 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    rows = labelled_rows(args.labels, args.mt_bench)
-    cases = [Case(r["messages"], r["user_turn"]) for r in rows]
+    rows, cases, rule_verdicts, features = rules_and_features(args.labels, args.mt_bench)
     rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
-    rule_verdicts, open_cases = rules.rule_verdicts(cases, features=True)
-    features = dict(open_cases)
     split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in ("train", "dev", "test", "constructed")}
     constructed = split.pop("constructed")
     fit_pool = split["train"] + split["dev"]

@@ -165,7 +165,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # keep test output clean
         pass
 
+    def _leave(self) -> None:
+        """The request is no longer in flight. Called before the first byte of the answer: once the client has it,
+        it may send its next request, which must not find this one still counted (max_in_flight would overcount)."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            with self.mock._lock:
+                self.mock.in_flight -= 1
+
     def _send(self, status: int, payload: bytes, content_type: str = "application/json", headers=None, length=None):
+        self._leave()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload) if length is None else length))
@@ -186,6 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
             mock.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
             mock.in_flight += 1
             mock.max_in_flight = max(mock.max_in_flight, mock.in_flight)
+        self._counted = True
         try:
             fault = mock._take_fault()
             time.sleep(mock.latency + (fault.sleep if fault else 0.0))
@@ -214,5 +224,4 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test); nothing to answer
             pass
         finally:
-            with mock._lock:
-                mock.in_flight -= 1
+            self._leave()

@@ -188,7 +188,9 @@ def main() -> int:
 
     def write() -> None:
         state = PartialState()
-        record.update(rank=state.process_index, world_size=state.num_processes)
+        # GROUP_RANK: torchrun's node rank (accelerate's --machine_rank), so a two-node test sees where each rank ran
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        record.update(rank=state.process_index, world_size=state.num_processes, node=node)
         (out / f"rank{state.process_index}.json").write_text(json.dumps(record))
 
     atexit.register(write)

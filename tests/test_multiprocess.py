@@ -26,24 +26,40 @@ ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = str(Path(sys.executable).parent / "accelerate")
 
 
+def launch_command(out: Path, processes: int, args: list[str], config: str = "cpu.yaml",
+                   launch_args: tuple[str, ...] = ("--main_process_port", "0")) -> list[str]:  # fmt: skip
+    """`accelerate launch` of train.py args through the test entry, which writes per-rank records to `out/ranks`."""
+    return [ACCELERATE, "launch", "--config_file", str(ROOT / "accelerate_configs" / config),
+            "--num_processes", str(processes), *launch_args,
+            str(ROOT / "tests" / "multiproc_entry.py"), str(out / "ranks"), *args, f"output_dir={out}"]  # fmt: skip
+
+
+def launch_env(**env) -> dict:
+    """The children's environment: offline, one thread per process, no GPU, the test entry importable."""
+    return {**child_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "tests")), "WANDB_MODE": "disabled", **env}
+
+
+def rank_records(out: Path, processes: int) -> dict:
+    """The per-rank records a run through the test entry wrote, checked to come from one group of `processes`."""
+    records = {int(p.stem[4:]): json.loads(p.read_text()) for p in (out / "ranks").glob("rank*.json")}
+    assert sorted(records) == list(range(processes))
+    assert all(r["world_size"] == processes for r in records.values())
+    return records
+
+
 def launch(out: Path, processes: int, args: list[str], timeout: float = 300, config: str = "cpu.yaml",
            **env) -> dict:  # fmt: skip
     """Run train.py args through the test entry on `processes` CPU processes; the per-rank records."""
-    ranks = out / "ranks"
-    command = [ACCELERATE, "launch", "--config_file", str(ROOT / "accelerate_configs" / config),
-               "--num_processes", str(processes), "--main_process_port", "0",
-               str(ROOT / "tests" / "multiproc_entry.py"), str(ranks), *args, f"output_dir={out}"]  # fmt: skip
-    environ = {**child_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "tests")), "WANDB_MODE": "disabled", **env}
+    command = launch_command(out, processes, args, config)
     started = time.time()
     try:
-        done = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=ROOT, env=launch_env(**env), capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired as err:
         tail = (err.stderr or b"")[-3000:]
         pytest.fail(f"{processes}-process run did not finish in {timeout} s (a rank waits on a collective): {tail}")
     assert done.returncode == 0, done.stderr[-5000:]
-    records = {int(p.stem[4:]): json.loads(p.read_text()) for p in ranks.glob("rank*.json")}
-    assert sorted(records) == list(range(processes))
-    assert all(r["world_size"] == processes for r in records.values())
+    records = rank_records(out, processes)
     print(f"{processes}-process run: {time.time() - started:.1f} s")
     return records
 

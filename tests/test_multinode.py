@@ -1,0 +1,119 @@
+"""Two "nodes" on one host: two `accelerate launch` processes with `--num_machines 2 --machine_rank 0|1`, the loopback
+address and a free port, one process per node (`accelerate_configs/multinode_cpu.yaml`), one gloo group on the CPU.
+
+* VASD (`fic_llama3b` on `tiny:llama3`) and collab SFT: each rank trains on the rows its rank trains on in a one-node
+  two-process run (`cpu.yaml --num_processes 2`), the two ranks' rows are disjoint, the logged losses equal the
+  one-node run's within 1e-3 and the final weights within 1e-5 (generation by the content-seeded stand-in of
+  tests/multiproc_entry.py, as in tests/test_multiprocess.py, so the runs are comparable loss for loss).
+* SIGTERM to the process of node 1 (not the main node) at the end of step 2: both nodes save the one checkpoint
+  `checkpoint-2` together and exit 0, and a relaunch with `resume_from_checkpoint=auto` continues from it to the end
+  with the losses of a run that was never stopped.
+
+What this exercises: torchrun's multi-node path (`--nnodes 2 --node_rank R`, static rendezvous at
+main_process_ip:port hosted by node 0) over loopback TCP with gloo. Not exercised: separate machines, NCCL, GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from test_multiprocess import (
+    VASD,
+    conversations,
+    gsm8k,
+    launch,
+    launch_command,
+    launch_env,
+    losses,
+    rank_records,
+    weights,
+)
+from test_reliability_eval import finish, start
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback address now (node 0's launcher binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, **env) -> dict:
+    """Run train.py args through the test entry as two one-process nodes; the per-rank records."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = str(free_port())
+    procs = []
+    for node in (0, 1):
+        node_args = ("--num_machines", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
+                     "--main_process_port", port)  # fmt: skip
+        command = launch_command(out, 2, args, "multinode_cpu.yaml", node_args)
+        procs.append(start(command, out / f"node{node}.log", launch_env(**env)))
+    started = time.time()
+    results = [finish(proc, timeout) for proc in procs]
+    for node, (rc, log) in enumerate(results):
+        assert rc == 0, f"node {node} exited with {rc}:\n{log[-5000:]}"
+    print(f"two-node run: {time.time() - started:.1f} s")
+    records = rank_records(out, 2)
+    assert [records[r]["node"] for r in (0, 1)] == [0, 1], "both ranks ran on one node"
+    return records
+
+
+def assert_two_nodes_train_like_one(tmp_path: Path, args: list[str], steps: int, **env) -> None:
+    one = launch(tmp_path / "one", 2, args, **env)
+    two = launch_two_nodes(tmp_path / "two", args, **env)
+    for rank in (0, 1):
+        assert two[rank]["steps"] == one[rank]["steps"], f"rank {rank} trained on other rows on two nodes"
+    for step in map(str, range(1, steps + 1)):
+        a, b = two[0]["steps"][step], two[1]["steps"][step]
+        assert a and b and not set(a) & set(b), f"step {step}: the ranks' rows overlap or one is empty"
+    l1, l2 = losses(one[0]), losses(two[0])
+    assert [s for s, _ in l1] == [s for s, _ in l2] == list(range(1, steps + 1))
+    assert l1[0][1] != l1[-1][1], f"the loss did not move, the run did not train: {l1}"
+    worst = max(abs(x - y) for (_, x), (_, y) in zip(l1, l2))
+    print(f"losses one node x 2 processes: {l1}\nlosses two nodes x 1 process: {l2}\nmax abs difference: {worst:.3g}")
+    assert worst <= 1e-3
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert w1.keys() == w2.keys()
+    assert max((w1[k].float() - w2[k].float()).abs().max().item() for k in w1) <= 1e-5
+
+
+def test_vasd_two_nodes_train_like_one_node(tmp_path, shared_data):
+    args = [*VASD, f"train_data={gsm8k(shared_data)}", "per_device_train_batch_size=4"]
+    assert_two_nodes_train_like_one(tmp_path, args, steps=2, FIC_TEST_STANDIN="1")
+
+
+COLLAB = ["recipe=collab_sft_tiny", "followup_contexts=[]", "per_device_train_batch_size=2", "report_to=none",
+          "logging_steps=1", "eval.enabled=false", "eval.datasets=[]", "seed=0"]  # fmt: skip
+
+
+def test_collab_sft_two_nodes_train_like_one_node(tmp_path):
+    data = conversations(tmp_path / "data" / "conversations.jsonl")
+    args = [*COLLAB, f"train_datasets=[{data}]", "max_steps=2", "save_strategy=no"]
+    assert_two_nodes_train_like_one(tmp_path, args, steps=2)
+
+
+def test_sigterm_to_the_second_node_saves_one_checkpoint_that_resumes(tmp_path):
+    data = conversations(tmp_path / "data" / "conversations.jsonl")
+    args = [*COLLAB, f"train_datasets=[{data}]", "max_steps=4", "save_strategy=no", "ddp_timeout=60"]
+    out = tmp_path / "run"
+    stopped = launch_two_nodes(out, args, FIC_TEST_SIGTERM="1:2")  # rank 1 = node 1's process
+    assert sorted(map(int, stopped[0]["steps"])) == sorted(map(int, stopped[1]["steps"])) == [1, 2]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["max_steps"] == 4
+    assert {p.name for p in (out / "checkpoint-2").glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+
+    resumed = launch_two_nodes(out, [*args, "resume_from_checkpoint=auto"])
+    for rank in (0, 1):  # the step records of the relaunch: only the steps after the checkpoint were trained
+        assert sorted(map(int, resumed[rank]["steps"])) == [3, 4]
+    assert "resuming from" in (out / "node0.log").read_text()
+    whole = launch_two_nodes(tmp_path / "whole", args)  # the same run, never stopped
+    (s3, l3), (s4, l4) = losses(resumed[0])
+    assert (s3, s4) == (3, 4)
+    assert [l3, l4] == pytest.approx([loss for _, loss in losses(whole[0])[2:]], abs=1e-6)

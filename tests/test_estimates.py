@@ -1,0 +1,216 @@
+"""Estimates a referee accepts (src/fic/estimates.py): hand-computed values, reference values and a simulation."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fic.estimates import (
+    cluster_rate,
+    corrected_rate,
+    judge_error_rates,
+    paired_difference,
+    ppi_rate,
+    rate_variance,
+)
+from fic.metrics import wilson_interval
+
+
+def test_cluster_rate_by_hand():
+    # Items A..E, 3 turns each; True counts k_g = 3, 1, 0, 0, 1: n = 15, k = 5, p = 1/3, G = 5.
+    # k_g - p n_g = 2, 0, -1, -1, 0, squares sum to 6; V = 5/4 * 6 / 15^2 = 1/30.
+    # p (1 - p) / n = (2/9) / 15 = 2/135; deff = (1/30) / (2/135) = 2.25; n_eff = 15 / 2.25 = 20/3, inside [5, 15].
+    # Wilson at p = 1/3, m = 20/3, z = 1.96: denom = 1 + z^2/m = 1.57624, centre = (1/3 + z^2/(2m)) / denom = 0.394263,
+    # half = z sqrt(p(1-p)/m + z^2/(4 m^2)) / denom = 0.291466 -> [0.102798, 0.685729].
+    flags = [True, True, True] + [True, False, False] + [False] * 6 + [True, False, False]
+    r = cluster_rate(flags, list("AAABBBCCCDDDEEE"))
+    assert r["rate"] == pytest.approx(1 / 3)
+    assert (r["n"], r["n_items"]) == (15, 5)
+    assert r["design_effect"] == pytest.approx(2.25)
+    assert r["low"] == pytest.approx(0.102798, abs=1e-6)
+    assert r["high"] == pytest.approx(0.685729, abs=1e-6)
+    # Wider than the naive interval that treats the 15 turns as independent.
+    naive = wilson_interval(5, 15)
+    assert r["high"] - r["low"] > naive[1] - naive[0]
+
+
+def test_cluster_rate_empty_and_at_zero():
+    assert cluster_rate([], []) == {"rate": 0.0, "low": 0.0, "high": 0.0, "n": 0, "n_items": 0, "design_effect": 1.0}
+    # p = 0: n_eff = n_items = 3 (conservative), so the interval is the Wilson interval of 0 out of 3, not of 0 out of 6.
+    r = cluster_rate([False] * 6, [1, 1, 2, 2, 3, 3])
+    assert (r["rate"], r["low"]) == (0.0, 0.0)
+    assert r["high"] == pytest.approx(wilson_interval(0, 3)[1])
+    assert r["design_effect"] == pytest.approx(2.0)
+    assert rate_variance([False] * 6, [1, 1, 2, 2, 3, 3]) > 0
+
+
+def test_cluster_rate_with_one_turn_per_item_is_plain_wilson():
+    flags = [True, False, False, True, False, False, False, True, False, False, False]
+    r = cluster_rate(flags, list(range(len(flags))))
+    low, high = wilson_interval(3, 11)
+    assert (r["low"], r["high"]) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+    assert r["design_effect"] == pytest.approx(1.0)
+
+
+def test_paired_difference_detects_a_clear_effect():
+    before = {i: [False, False, False, i % 5 == 0] for i in range(30)}
+    after = {i: [True, True, i % 2 == 0, False] for i in range(30)}
+    after["only-after"] = [True]  # not in both: left out
+    d = paired_difference(before, after)
+    assert d["n_items"] == 30 and (d["n_a"], d["n_b"]) == (120, 120)
+    assert d["rate_a"] == pytest.approx(6 / 120) and d["rate_b"] == pytest.approx(75 / 120)
+    assert d["diff"] == pytest.approx(69 / 120)
+    assert 0 < d["low"] < d["diff"] < d["high"]
+    assert d["detectable"] is True and d["p"] < 0.01
+
+
+def test_paired_difference_of_identical_runs_and_determinism():
+    a = {i: [i % 3 == 0, i % 4 == 0] for i in range(20)}
+    same = paired_difference(a, {i: list(v) for i, v in a.items()})
+    assert (same["diff"], same["low"], same["high"], same["p"], same["detectable"]) == (0.0, 0.0, 0.0, 1.0, False)
+    b = {i: [i % 2 == 0, i % 5 == 0] for i in range(20)}
+    assert paired_difference(a, b, seed=3) == paired_difference(a, b, seed=3)
+    assert paired_difference(a, b, seed=3) != paired_difference(a, b, seed=4)
+    with pytest.raises(ValueError, match="0 in common"):
+        paired_difference({"x": [True]}, {"y": [True]})
+
+
+def test_judge_error_rates():
+    human = [True, True, True, False, False, False, False]
+    judge = [True, False, True, False, False, True, False]
+    e = judge_error_rates(human, judge, ["a", "a", "b", "b", "c", "c", "d"])
+    assert e["sensitivity"] == pytest.approx(2 / 3) and e["specificity"] == pytest.approx(3 / 4)
+    assert (e["n_pos"], e["n_neg"], e["n_items"]) == (3, 4, 4)
+    assert e["var_sensitivity"] > 0 and e["var_specificity"] > 0
+    # A perfect sensitivity keeps a variance (Wilson at n_items); no negative turn -> specificity unknown.
+    e = judge_error_rates([True, True, True], [True, True, True], ["a", "a", "b"])
+    assert e["sensitivity"] == 1.0 and e["var_sensitivity"] > 0
+    assert e["specificity"] is None and e["var_specificity"] is None
+
+
+def test_corrected_rate_of_a_perfect_judge_is_the_raw_rate():
+    perfect = {"sensitivity": 1.0, "specificity": 1.0, "var_sensitivity": 0.0, "var_specificity": 0.0}
+    c = corrected_rate(0.3, 0.001, perfect)
+    half = 1.96 * math.sqrt(0.001)
+    assert c == {
+        "rate": pytest.approx(0.3),
+        "low": pytest.approx(0.3 - half),
+        "high": pytest.approx(0.3 + half),
+        "youden": 1.0,
+        "note": "",
+    }
+
+
+def test_corrected_rate_refuses_a_judge_near_chance():
+    weak = {"sensitivity": 0.55, "specificity": 0.5, "var_sensitivity": 0.001, "var_specificity": 0.001}
+    c = corrected_rate(0.3, 0.001, weak)
+    assert (c["rate"], c["low"], c["high"]) == (None, None, None)
+    assert "0.050" in c["note"] and "sensitivity 0.550" in c["note"]
+    unknown = {"sensitivity": None, "specificity": 0.9, "var_sensitivity": None, "var_specificity": 0.001}
+    assert corrected_rate(0.3, 0.001, unknown)["rate"] is None
+
+
+def test_corrected_rate_worked_example():
+    # p = 0.2 (var 0.0004), se = 0.8 (var 0.0025), sp = 0.9 (var 0.0001). J = 0.7, lower bound
+    # 0.7 - 1.96 sqrt(0.0026) = 0.600 > 0.1. theta = (0.2 + 0.9 - 1) / 0.7 = 1/7 = 0.142857.
+    # Var = (0.0004 + (1/7)^2 0.0025 + (6/7)^2 0.0001) / 0.49 = (0.0004 + 0.0000510 + 0.0000735) / 0.49 = 0.00107040;
+    # half = 1.96 sqrt(0.00107040) = 0.064125 -> [0.078732, 0.206982].
+    errors = {"sensitivity": 0.8, "specificity": 0.9, "var_sensitivity": 0.0025, "var_specificity": 0.0001}
+    c = corrected_rate(0.2, 0.0004, errors)
+    assert c["rate"] == pytest.approx(1 / 7)
+    assert c["low"] == pytest.approx(0.078732, abs=1e-6) and c["high"] == pytest.approx(0.206982, abs=1e-6)
+    assert c["youden"] == pytest.approx(0.7) and c["note"] == ""
+    # A judged rate below the judge's false-positive rate corrects to 0, clipped.
+    assert corrected_rate(0.05, 0.0004, errors)["rate"] == 0.0
+
+
+# Reference values from ppi-python 0.2.3 (pip install ppi-python, in a scratch venv, not a dependency of fic):
+#   Y, Yhat, Yhat_unlabeled = np.array(PPI_HUMAN, float), np.array(PPI_JUDGE[:12], float), np.array(PPI_JUDGE, float)
+#   ppi_py.ppi_mean_pointestimate(Y, Yhat, Yhat_unlabeled, lam=None)       -> 0.36823362
+#   ppi_py.ppi_mean_ci(Y, Yhat, Yhat_unlabeled, alpha=0.05, lam=None)      -> (0.11610419322851101, 0.6203630432387255)
+#   ppi_py.ppi_mean_ci(Y, Yhat, Yhat_unlabeled, alpha=0.05, lam=0)         -> (0.1377270214911676, 0.6956063118421658)
+#   ppi_py.ppi._calc_lam_glm(Y - t, Yhat - t, Yhat_unlabeled - t, np.eye(1), clip=True) (any t) -> 0.4470742932281392
+# The labelled turns are the first 12 of the 40, and Yhat_unlabeled is all 40 verdicts (labelled ones included), as
+# ppi_rate takes them. ppi_py's interval is theta +- z se with z = norm.ppf(0.975) = 1.959963984540054; ppi_rate
+# returns se and a logit-scale interval, so the test rebuilds ppi_py's interval from rate and se.
+PPI_JUDGE = [1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0]
+PPI_JUDGE += [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0]
+PPI_HUMAN = [1, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1]
+
+
+def test_ppi_rate_reproduces_ppi_python():
+    z = 1.959963984540054
+    r = ppi_rate([bool(v) for v in PPI_HUMAN], [bool(v) for v in PPI_JUDGE[:12]], [bool(v) for v in PPI_JUDGE], z=z)
+    assert r["rate"] == pytest.approx(0.36823362, abs=1e-8)
+    assert r["lambda"] == pytest.approx(0.4470742932281392, abs=1e-9)
+    assert r["rate"] - z * r["se"] == pytest.approx(0.11610419322851101, abs=1e-9)
+    assert r["rate"] + z * r["se"] == pytest.approx(0.6203630432387255, abs=1e-9)
+    lo = r["labels_only"]
+    assert lo["rate"] - z * lo["se"] == pytest.approx(0.1377270214911676, abs=1e-9)
+    assert lo["rate"] + z * lo["se"] == pytest.approx(0.6956063118421658, abs=1e-9)
+    assert (r["n_labels"], r["n"]) == (12, 40)
+    assert r["high"] - r["low"] < lo["high"] - lo["low"]
+    # With every turn its own item, the cluster-robust form stays close to the unclustered one.
+    c = ppi_rate(PPI_HUMAN, PPI_JUDGE[:12], PPI_JUDGE, all_clusters=list(range(40)), labelled_clusters=list(range(12)))
+    assert c["rate"] == pytest.approx(r["rate"], abs=0.02) and c["se"] == pytest.approx(r["se"], rel=0.1)
+
+
+def test_ppi_rate_is_never_wider_than_the_labels_alone():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        y_all = (rng.random(300) < 0.2).tolist()
+        f_all = (rng.random(300) < 0.5).tolist()  # a useless judge: independent of the labels
+        lab = rng.choice(300, size=40, replace=False)
+        items = np.repeat(np.arange(60), 5).tolist()
+        for kwargs in ({}, {"all_clusters": items, "labelled_clusters": [items[i] for i in lab]}):
+            r = ppi_rate([y_all[i] for i in lab], [f_all[i] for i in lab], f_all, **kwargs)
+            assert r["high"] - r["low"] <= r["labels_only"]["high"] - r["labels_only"]["low"] + 1e-12
+            assert 0 <= r["lambda"] <= 1
+    with pytest.raises(ValueError, match="at least one labelled turn"):
+        ppi_rate([], [], [True, False])
+
+
+def test_simulation_clustered_corrected_and_calibrated_intervals_cover_the_true_rate():
+    # 200 draws. A run is 40 items x 6 turns; item g is genuine with probability q_g ~ Beta(0.4, 1.6): mean 0.2,
+    # intra-item correlation 1 / (0.4 + 1.6 + 1) = 1/3, so turns of an item are strongly correlated. The judge has
+    # sensitivity 0.6 and specificity 0.95 on the true labels. Its se/sp are estimated per draw on a separate labelled
+    # set of 30 items x 6 turns; for PPI a reader labels 60 turns drawn at random from the run.
+    # The truth is the Beta mean 0.2, the rate of the population the items are drawn from: every interval here is
+    # clustered by item, i.e. accounts for which items happened to be drawn, and so targets that population rate (the
+    # realised mean of the run's true labels would make the clustered interval on those labels cover trivially).
+    rng = np.random.default_rng(2024)
+    truth, draws = 0.2, 200
+
+    def draw(items: int, turns: int):
+        q = rng.beta(0.4, 1.6, size=items)
+        y = rng.random((items, turns)) < q[:, None]
+        f = np.where(y, rng.random(y.shape) < 0.6, rng.random(y.shape) < 1 - 0.95)
+        return y.ravel().tolist(), f.ravel().tolist(), np.repeat(np.arange(items), turns).tolist()
+
+    hits = dict.fromkeys(["clustered", "naive", "corrected", "ppi", "labels_only"], 0)
+    refused = 0
+    for _ in range(draws):
+        y, f, items = draw(40, 6)
+        held_y, held_f, held_items = draw(30, 6)
+        r = cluster_rate(y, items)
+        hits["clustered"] += r["low"] <= truth <= r["high"]
+        low, high = wilson_interval(sum(y), len(y))
+        hits["naive"] += low <= truth <= high
+        c = corrected_rate(
+            cluster_rate(f, items)["rate"], rate_variance(f, items), judge_error_rates(held_y, held_f, held_items)
+        )
+        refused += c["rate"] is None  # a refusal counts as a miss
+        hits["corrected"] += c["rate"] is not None and c["low"] <= truth <= c["high"]
+        lab = rng.choice(len(y), size=60, replace=False)
+        p = ppi_rate(
+            [y[i] for i in lab], [f[i] for i in lab], f, all_clusters=items, labelled_clusters=[items[i] for i in lab]
+        )
+        hits["ppi"] += p["low"] <= truth <= p["high"]
+        hits["labels_only"] += p["labels_only"]["low"] <= truth <= p["labels_only"]["high"]
+    coverage = {k: v / draws for k, v in hits.items()}
+    print(f"coverage of {truth} over {draws} draws: {coverage}, corrected refused {refused} times")
+    assert coverage["clustered"] >= 0.9
+    assert coverage["corrected"] >= 0.9
+    assert coverage["ppi"] >= 0.9
+    assert coverage["labels_only"] >= 0.9
+    assert coverage["naive"] < coverage["clustered"] - 0.1

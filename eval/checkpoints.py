@@ -407,6 +407,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoints", help="comma-separated steps or folder names to evaluate (default: all)")
     parser.add_argument("--force", action="store_true", help="re-evaluate checkpoints that already have metrics")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
+    from .watch import add_arguments as add_watch_arguments
+
+    add_watch_arguments(parser)  # --watch, --poll, --idle-timeout (eval/watch.py)
 
 
 def resolve_config(args: argparse.Namespace) -> EvalConfig:
@@ -491,6 +494,10 @@ def evaluate_run(run_dir: str | Path, config: EvalConfig, only: list[str] | None
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    if getattr(args, "watch", False):
+        from .watch import run as watch
+
+        return watch(args)
     only = [x.strip() for x in args.checkpoints.split(",")] if args.checkpoints else None
     try:
         if not Path(args.run_dir).is_dir():  # before the config, whose errors would hide this one

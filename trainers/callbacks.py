@@ -118,6 +118,28 @@ SAMPLE_COLUMNS = ["step", "dataset", "temperature", "control", "item_id", "assis
                   "genuine"]  # fmt: skip
 
 
+def write_eval_config(output_dir, config: EvalConfig) -> None:
+    """`OUTPUT_DIR/eval/config.json`: `fic eval-checkpoints` reads it, so later evaluations of the run (and a watch
+    started alongside training) use the recipe's settings. It also marks the folder as a run."""
+    write_json(Path(output_dir) / "eval" / "config.json", redact(config.to_dict()))
+
+
+class WatchCommandCallback(TrainerCallback):
+    """With the in-training evaluation off (`eval.enabled: false`): when training starts, write the recipe's `eval:`
+    block for `fic eval-checkpoints` and log the command that evaluates the checkpoints off the training nodes as
+    they are saved (`slurm/eval.sbatch` runs it)."""
+
+    def __init__(self, config: EvalConfig):
+        self.config = config
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero or args.save_strategy == "no":
+            return
+        write_eval_config(args.output_dir, self.config)
+        logger.info("in-training evaluation is off (eval.enabled=false); evaluate each checkpoint as it is saved, on "
+                    "another node, with: fic eval-checkpoints %s --watch", args.output_dir)  # fmt: skip
+
+
 class EvalCallback(TrainerCallback):
     """Evaluate each saved checkpoint (see the module docstring).
 
@@ -154,8 +176,7 @@ class EvalCallback(TrainerCallback):
         if self.recipe_config is not None:
             self.recipe_config.on_train_begin(args, state, control)
         if state.is_world_process_zero:
-            # `fic eval-checkpoints` reads this, so later evaluations of the run use the same settings.
-            write_json(Path(args.output_dir) / "eval" / "config.json", redact(self.config.to_dict()))
+            write_eval_config(args.output_dir, self.config)
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.saves += 1

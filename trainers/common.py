@@ -115,7 +115,8 @@ def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) ->
 
 
 def default_callbacks(run: Run) -> list:
-    """Callbacks every fic trainer installs: SIGTERM preemption, and checkpoint evaluation when `eval.enabled`."""
+    """Callbacks every fic trainer installs: SIGTERM preemption, and checkpoint evaluation when `eval.enabled` (when
+    it is off, the command that evaluates the checkpoints elsewhere is logged)."""
     from .preemption import PreemptionCallback
 
     callbacks = [PreemptionCallback()]
@@ -123,6 +124,10 @@ def default_callbacks(run: Run) -> list:
         from .callbacks import EvalCallback
 
         callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer, recipe=run.recipe))
+    elif run.eval is not None:
+        from .callbacks import WatchCommandCallback
+
+        callbacks.append(WatchCommandCallback(run.eval))
     return callbacks
 
 

@@ -68,16 +68,17 @@ def is_evaluated(checkpoint: Path) -> bool:
 
 
 def _probe(backend, tokenizer, config: EvalConfig, out_dir: Path, model_path, progress) -> dict:
+    from fic.followup_summary import flat_metrics
     from fic.judges import make_judge
 
     from .probe import run_probe
-    from .probe_summary import flat_metrics
 
     judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
     summary = run_probe(
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,
         response_tokens=config.response_tokens, responses=config.responses, seed=config.seed, progress=progress,
+        allow_judge_overlap=config.allow_judge_overlap,
     )  # fmt: skip
     metrics = flat_metrics(summary, perturbations=tuple(config.perturbations))
     for pert, cells in (summary.get("percent_changed") or {}).items():
@@ -360,6 +361,25 @@ def plot_metrics(records: list[dict], out_dir: Path) -> list[Path]:
     return paths
 
 
+def probe_differences(run_dir: Path, records: list[dict]) -> list[dict]:
+    """Each evaluated checkpoint's genuine rate against the first one's: the paired, item-clustered difference
+    (`fic.followup_summary.compare`) from the probe turns of both, where both checkpoint folders still hold them."""
+    from fic.followup_summary import compare
+
+    def turns(record: dict) -> list[dict]:
+        path = run_dir / str(record.get("checkpoint") or "") / EVAL_DIR / "probe" / "samples.jsonl"
+        return load_done(path) if record.get("checkpoint") and path.is_file() else []
+
+    with_turns = [(r, turns(r)) for r in records]
+    with_turns = [(r, rows) for r, rows in with_turns if rows]
+    if len(with_turns) < 2:
+        return []
+    (first, base), out = with_turns[0], []
+    for record, rows in with_turns[1:]:
+        out.append({"step": record["step"], "against_step": first["step"], **compare(base, rows)})
+    return out
+
+
 def write_comparison(run_dir: str | Path, config: dict | None = None) -> dict:
     """Write `RUN_DIR/eval/comparison.{json,csv}`, the metric plots and the run report; return the comparison."""
     from .report import run_report
@@ -374,6 +394,7 @@ def write_comparison(run_dir: str | Path, config: dict | None = None) -> dict:
         "checkpoints": [{k: r.get(k) for k in ("step", "checkpoint", "metrics", "evaluated_at")} for r in records],
         "metrics": names,
         "config": redact(config or (records[-1].get("config") if records else None)),
+        "differences": probe_differences(run_dir, records),
     }
     write_json(eval_dir / "comparison.json", comparison)
     tmp = eval_dir / "comparison.csv.tmp"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from fic.judges import JUDGE_KINDS, JudgeKind
+from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS, JudgeKind
 
 EVALUATIONS = ("probe", "lic", "regret")
 BACKENDS = ("transformers", "vllm")
@@ -37,8 +37,13 @@ class EvalConfig:
             Items per probe dataset.
         max_new_tokens (`int`, defaults to `64`):
             Generation budget per user turn.
-        judge (`str`, defaults to `"heuristic"`):
-            `heuristic` (offline), `llm` or `cascade` (both need `judge_base_url` and `judge_model`).
+        judge (`str`, defaults to `"learned"`):
+            `learned` (offline rules + a classifier fitted on labelled real turns; the default because its
+            calibrated rates are the tightest, see the README), `heuristic` (the rules alone), `llm` or `cascade`
+            (both need `judge_base_url` and `judge_model`).
+        allow_judge_overlap (`bool`, defaults to `False`):
+            Evaluate items inside the judge's fit (refused otherwise); the overlap is recorded and those items are
+            left out of corrected and calibrated rates.
         judge_base_url (`str` or `None`):
             OpenAI-compatible chat endpoint for the LLM judge.
         judge_model (`str` or `None`):
@@ -94,7 +99,8 @@ class EvalConfig:
     samples: int = 1
     limit: int = 20
     max_new_tokens: int = 64
-    judge: JudgeKind = "heuristic"
+    judge: JudgeKind = DEFAULT_JUDGE
+    allow_judge_overlap: bool = False
     judge_base_url: str | None = None
     judge_model: str | None = None
     backend: Literal["transformers", "vllm"] = "transformers"

@@ -5,7 +5,11 @@ reused across temperatures), or the data's own answer is used. The context `[sys
 rendered with the model's template followed by the bare user header (`fic.chat.role_prefix`), and the model
 generates the next user turn until the template's end of turn. A judge labels each turn `genuine_followup` or a
 failure mode. Controls: `truncate` cuts the assistant answer in half, `question` appends "What do you think?";
-% changed is the share of turns whose text differs from the unperturbed one at the same seed.
+% changed is the share of turns whose text differs from the unperturbed one at the same seed, read against its seed
+floor `reseed` (the unperturbed context sampled again with another seed; added whenever a control runs). Every turn
+is also judged after its answer is swapped for another item's (the generic floor). Sampling, judging and the summary
+are `fic.followup_eval` and `fic.followup_summary`, shared with the trainers and checkpoint evaluation. Before any
+model loads, the items are checked against the judge's fit (`fic.judges.provenance`).
 
 Samples are generated in fixed chunks of items, with seeds that depend only on the chunk, the item's place in it
 and the sample index (never on the perturbation or on what an earlier run finished), so a rerun resumes exactly.
@@ -14,26 +18,32 @@ and the sample index (never on the perturbation or on what an earlier run finish
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import uuid
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from fic.chat import render, role_prefix, turn_end_strings
+from fic.followup_eval import judge_with_floor, turn_rows
+from fic.followup_summary import SEED_FLOOR, row_key
 from fic.generation import SamplingParams
 from fic.jsonl import append_rows, check_settings, load_done, write_json
 
-from .probe_summary import summarize
+from .rates import META_FILE, estimate_lines, write_rates
 
 logger = logging.getLogger(__name__)
 
 GENERIC_QUESTION = "What do you think?"
-PERTURBATIONS = ("none", "truncate", "question")
+PERTURBATIONS = ("none", "truncate", "question", SEED_FLOOR)
+RESEED = 1_000_003  # the seed offset of the `reseed` floor
 
 
 def perturb(response: str, kind: str) -> str:
-    """The assistant response under a control: unchanged, cut to its first half (at a word), or with a question."""
-    if kind == "none":
+    """The assistant response under a control: unchanged (also for `reseed`, which changes only the seed), cut to its
+    first half (at a word), or with a question."""
+    if kind in ("none", SEED_FLOOR):
         return response
     if kind == "truncate":
         words = response.split(" ")
@@ -79,7 +89,8 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
               samples: int = 1, perturbations=("none",), judge=None, limit: int | None = 20,
               max_new_tokens: int = 64, response_tokens: int = 128, responses: str = "model", seed: int = 0,
               chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
-              report: bool = True, model: str | None = None) -> dict:  # fmt: skip
+              report: bool = True, model: str | None = None, allow_judge_overlap: bool = False,
+              generic_floor: bool = True) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
 
     Args:
@@ -88,7 +99,8 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         datasets: `NAME` or `NAME:PATH` specs (`fic.data` sources).
         temperatures: sampling temperatures for the user turn (0 is greedy).
         samples: user turns per item, temperature and perturbation.
-        perturbations: controls among `none`, `truncate`, `question`.
+        perturbations: controls among `none`, `truncate`, `question` (`reseed`, the seed floor of % changed, is
+            added whenever `truncate` or `question` is asked for).
         judge: a `fic.judges` judge (default: the offline heuristic judge).
         responses: `model` (generate the assistant answer greedily) or `data` (the data's reference answer).
         max_context: the model's context length (default: read from the model config); items whose prompt plus
@@ -96,15 +108,20 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         model: the model's name, stored with the settings: a rerun into `out_dir` resumes only with the same model,
             judge, samples, token limits, responses and seed (`fic.jsonl.check_settings`); more datasets,
             temperatures, perturbations or a higher limit extend the run.
+        allow_judge_overlap: evaluate items inside the judge's fit (refused otherwise); the summary records the
+            overlap and leaves them out of the corrected and calibrated rates.
+        generic_floor: judge every turn again after the context swap (`generic_genuine`, the generic floor).
     """
     from fic.data import load_source, parse_spec
-    from fic.judges import Case, make_judge
+    from fic.judges import DEFAULT_JUDGE, make_judge
 
     for kind in perturbations:
         perturb("x", kind)
+    perturbations = with_seed_floor(perturbations)
     if responses not in ("model", "data"):
         raise ValueError(f"responses: expected 'model' or 'data', got {responses!r}")
-    judge = judge or make_judge("heuristic")
+    judge = judge or make_judge(DEFAULT_JUDGE)
+    overlap = check_items(judge, datasets, limit, allow_judge_overlap)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
@@ -113,7 +130,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         "max_new_tokens": max_new_tokens, "response_tokens": response_tokens, "responses": responses, "seed": seed,
         "chunk_size": chunk_size,
     })  # fmt: skip
-    done = {_key(r) for r in load_done(samples_path)}
+    done = {row_key(r) for r in load_done(samples_path)}
     stop = turn_end_strings(tokenizer, "user")
     context_limit = max_context or _context_limit(backend)
     context_limit = context_limit - max_new_tokens if context_limit else None
@@ -133,52 +150,72 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         accuracy[name] = {"accuracy": sum(verdicts) / len(verdicts) if verdicts else None, "n": len(verdicts)}
         chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
         jobs = [(c, t, p) for c in range(len(chunks)) for t in temperatures for p in perturbations]
+        # The context swap pairs each item with the next one of the dataset (a fixed order, so resuming keeps it).
+        partner = {r.id: answers[items[(k + 1) % len(items)].id]["response"] for k, r in enumerate(items)}
         for c, temp, pert in tqdm(jobs, desc=f"probe {name}", disable=not progress, unit="chunk"):
             chunk = chunks[c]
-            keys = [(name, r.id, float(temp), pert, s) for r in chunk for s in range(samples)]
+            keys = [(name, str(r.id), float(temp), pert, s) for r in chunk for s in range(samples)]
             if all(k in done for k in keys):
                 continue
             contexts = [[*r.messages, {"role": "assistant", "content": perturb(answers[r.id]["response"], pert)}]
                         for r in chunk]  # fmt: skip
             prompts = [role_prefix(tokenizer, ctx, "user") for ctx in contexts]
             params = SamplingParams(n=samples, temperature=temp, max_new_tokens=max_new_tokens, stop=stop,
-                                    seed=seed + 9973 * c)  # fmt: skip
+                                    seed=seed + 9973 * c + (RESEED if pert == SEED_FLOOR else 0))  # fmt: skip
             outputs = backend.generate(prompts, params)
-            cases = [Case(ctx, text) for ctx, outs in zip(contexts, outputs) for text in outs]
-            verdicts_ = judge.judge(cases)
-            rows, v = [], iter(verdicts_)
-            for record, ctx, outs in zip(chunk, contexts, outputs):
-                for s, text in enumerate(outs):
-                    verdict = next(v)
-                    row = {
-                        "dataset": name, "item_id": record.id, "temperature": float(temp), "perturbation": pert,
-                        "sample": s, "messages": ctx, "user_turn": text, "label": verdict.label,
-                        "genuine": verdict.genuine, "confidence": verdict.confidence,
-                        "rationale": verdict.rationale, "judge": verdict.judge,
-                        "correct": answers[record.id]["correct"],
-                    }  # fmt: skip
-                    if _key(row) not in done:
-                        rows.append(row)
+            swapped = None
+            if generic_floor and len(items) > 1:
+                swapped = [
+                    [*r.messages, {"role": "assistant", "content": perturb(partner[r.id], pert)}] for r in chunk
+                ]
+            verdicts, generic = judge_with_floor(judge, contexts, outputs, swapped)
+            meta = [{"dataset": name, "item_id": record.id, "temperature": float(temp), "perturbation": pert,
+                     "correct": answers[record.id]["correct"]} for record in chunk]  # fmt: skip
+            rows = [r for r in turn_rows(meta, contexts, outputs, verdicts, generic) if row_key(r) not in done]
             append_rows(samples_path, rows)
-            done.update(_key(r) for r in rows)
-    rows = load_done(samples_path)
-    summary = summarize(rows, accuracy)
-    summary["settings"] = {
+            done.update(row_key(r) for r in rows)
+    settings = {
         "datasets": list(datasets), "temperatures": [float(t) for t in temperatures], "samples": samples,
         "perturbations": list(perturbations), "limit": limit, "max_new_tokens": max_new_tokens, "seed": seed,
         "responses": responses, "judge": getattr(judge, "name", type(judge).__name__),
     }  # fmt: skip
-    summary["skipped_items"] = skipped
     from fic.judges.validity import judge_validity
 
-    summary["judge_validity"] = judge_validity(judge)
-    write_json(out_dir / "summary.json", summary)
-    if report:
-        from .probe_plots import write_plots
+    validity = judge_validity(judge)
+    write_json(out_dir / META_FILE, {
+        "run_id": run_id(out_dir), "accuracy": accuracy, "skipped_items": skipped, "settings": settings,
+        "judge_overlap": overlap, "judge_validity": {"name": validity["name"], "version": validity["version"]},
+    })  # fmt: skip
+    return write_rates(out_dir, judge=judge, report=report, empty_ok=True)
 
-        write_plots(summary, out_dir)
-        _write_report(summary, rows, out_dir)
-    return summary
+
+def run_id(out_dir: Path) -> str:
+    """The folder's run id (drawn at its first probe, kept on every resume): labels carry it."""
+    path = out_dir / META_FILE
+    if path.is_file():
+        previous = json.loads(path.read_text()).get("run_id")
+        if previous:
+            return previous
+    return uuid.uuid4().hex[:12]
+
+
+def with_seed_floor(perturbations) -> tuple[str, ...]:
+    """`perturbations` plus `reseed` when a control (`truncate`, `question`) is among them."""
+    perturbations = tuple(perturbations)
+    if SEED_FLOOR not in perturbations and set(perturbations) & {"truncate", "question"}:
+        perturbations += (SEED_FLOOR,)
+    return perturbations
+
+
+def check_items(judge, datasets: list[str], limit: int | None, allow: bool) -> dict:
+    """The probe's items against the judge's fit (`fic.judges.provenance.check_overlap`), before any model loads."""
+    from fic.data import load_source, parse_spec
+    from fic.judges.provenance import check_overlap, overlap_line
+
+    items = [(parse_spec(spec)[0], r.id, r.messages) for spec in datasets for r in load_source(spec, limit=limit)]
+    found = check_overlap(judge, items, allow, "--allow-judge-overlap (eval.allow_judge_overlap=true)")
+    logger.info(overlap_line(found))
+    return found
 
 
 def _context_limit(backend) -> int | None:
@@ -192,19 +229,6 @@ def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> 
         return True
     context = [*messages, {"role": "assistant", "content": perturb(response, "question")}]
     return len(tokenizer(role_prefix(tokenizer, context, "user"), add_special_tokens=False).input_ids) <= limit
-
-
-def _key(row: dict) -> tuple:
-    return (row["dataset"], row["item_id"], float(row["temperature"]), row["perturbation"], row["sample"])
-
-
-def _write_report(summary: dict, rows: list[dict], out_dir: Path) -> None:
-    try:
-        from .report import probe_report
-    except ImportError:  # the report module is optional for the probe's own files
-        logger.warning("fic.eval.report is unavailable; report.html not written")
-        return
-    probe_report(summary, rows, out_dir / "report.html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -226,6 +250,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_token_arguments(parser, defaults.max_new_tokens, defaults.response_tokens)
     cli_args.add_responses_argument(parser, defaults.responses)
     cli_args.add_seed_argument(parser, defaults.seed)
+    cli_args.add_judge_overlap_argument(parser)
+    parser.add_argument("--no-generic-floor", action="store_true",
+                        help="skip the context-swap control (each turn judged again after another item's answer)")  # fmt: skip
     cli_args.add_out_argument(parser)
 
 
@@ -245,20 +272,30 @@ def run(args: argparse.Namespace) -> int:
     perturbations = parse_list("--perturbations", args.perturbations, valid=PERTURBATIONS)
     for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
         load_source(spec, limit=args.limit)
+    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
+    check_items(judge, datasets, args.limit, args.allow_judge_overlap)  # refused before a model loads
     backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
-    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
     summary = run_probe(
         backend, tokenizer, datasets, args.out, temperatures=temperatures, samples=args.samples,
         perturbations=perturbations, judge=judge, limit=args.limit,
         max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
-        seed=args.seed, model=args.model,
+        seed=args.seed, model=args.model, allow_judge_overlap=args.allow_judge_overlap,
+        generic_floor=not args.no_generic_floor,
     )  # fmt: skip
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():
             for pert, cell in perts.items():
+                floor = cell.get("generic_floor")
                 print(f"{dataset:>14} {temp:>5} {pert:>9}: genuine {cell['rate']:.3f} "
-                      f"[{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']} errors={cell['judge_errors']}")  # fmt: skip
+                      f"[{cell['low']:.3f}, {cell['high']:.3f}] n={cell['n']} items={cell['n_items']} "
+                      f"errors={cell['judge_errors']}" + (f" generic floor {floor['rate']:.3f}" if floor else ""))  # fmt: skip
+    for line in estimate_lines(summary):
+        print(line)
+    if summary["judge_overlap"].get("n_overlap"):
+        from fic.judges.provenance import overlap_line
+
+        print(overlap_line(summary["judge_overlap"]))
     from fic.judges.validity import validity_line
 
     print(validity_line(summary["judge_validity"]))

@@ -15,7 +15,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from fic import metric_names
-from fic.metrics import genuine_rate
 
 from .report_html import (
     conversation,
@@ -75,15 +74,17 @@ def _settings_table(settings: dict) -> str:
 
 
 def probe_tables(samples: list[dict]) -> dict:
-    """Genuine rate (95% interval) per (model, dataset, perturbation) x temperature and label shares per (dataset,
-    temperature), from sample rows alone. Judge errors (`genuine` None) are excluded from rates and counted."""
+    """Genuine rate (95% interval clustered by item) per (model, dataset, perturbation) x temperature and label shares
+    per (dataset, temperature), from sample rows alone. Judge errors (`genuine` None) are excluded and counted."""
+    from fic.followup_summary import raw_rate
+
     cells: dict = defaultdict(list)
     labels: dict = defaultdict(list)
     for row in samples:
         key = (row.get("model", ""), row["dataset"], row.get("perturbation", "none"), _temp(row["temperature"]))
-        cells[key].append(row.get("genuine"))
+        cells[key].append(row)
         labels[(row.get("model", ""), row["dataset"], _temp(row["temperature"]))].append(row.get("label"))
-    rates = {key: genuine_rate(flags) for key, flags in cells.items()}
+    rates = {key: raw_rate(rows) for key, rows in cells.items()}
     shares = {k: {lab: v.count(lab) / len(v) for lab in set(v)} for k, v in labels.items()}
     return {"rates": rates, "labels": shares}
 
@@ -137,6 +138,8 @@ def probe_report(summary: dict, samples: list[dict], out_path: str | Path, title
     out_path = Path(out_path)
     summary = summary or {}
     parts = [section("Genuine follow-up", probe_rate_table(samples)), section("Labels", probe_label_table(samples))]
+    if summary.get("by_dataset"):
+        parts.insert(0, section("Estimates", estimate_table(summary)))
     if summary.get("judge_validity"):
         from fic.judges.validity import validity_line
 
@@ -294,6 +297,36 @@ def comparison_probe_table(records: list[dict], config: dict | None = None) -> s
     return table(["model", "dataset", *[f"T={t:g}" for t in temps]], rows, "Genuine follow-up rate per checkpoint")
 
 
+def difference_table(differences: list[dict]) -> str:
+    """Paired, item-clustered differences (`fic.followup_summary.compare`), pooled and per dataset."""
+    rows = []
+    for d in differences:
+        for name, cell in [("all", d.get("overall")), *sorted((d.get("by_dataset") or {}).items())]:
+            if cell:
+                rows.append([f"step {d['step']} - step {d['against_step']}", name, cell["reading"], cell["n_items"]])
+    return table(["comparison", "dataset", "difference [95% CI], p", "items"], rows,
+                 "An effect is claimed only where the interval excludes 0")  # fmt: skip
+
+
+def estimate_table(summary: dict) -> str:
+    """Per dataset and overall: the raw rate (item-clustered), the judge-corrected and calibrated estimates and the
+    generic floor, each with its 95% interval."""
+
+    def cell(c: dict | None) -> str:
+        return "-" if not c else f"{c['rate']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+
+    rows = []
+    for name, est in [*sorted(summary.get("by_dataset", {}).items()), ("overall", summary.get("overall"))]:
+        if est:
+            raw = est["raw"]
+            calibrated = est.get("calibrated")
+            rows.append([name, cell(raw), raw["n"], raw["n_items"], cell(est.get("corrected")),
+                         cell(calibrated) + (f" ({calibrated['n_labels']} labels)" if calibrated else ""),
+                         cell(est.get("generic_floor"))])  # fmt: skip
+    return table(["dataset", "raw [95% CI]", "turns", "items", "corrected", "calibrated", "generic floor"], rows,
+                 summary.get("assumption", ""))  # fmt: skip
+
+
 def run_report(run_dir: str | Path, comparison: dict | None = None, title: str | None = None) -> Path:
     """Write `RUN_DIR/eval/report.html`: every evaluated checkpoint, metric tables, metric-vs-step plots, links."""
     run_dir = Path(run_dir)
@@ -304,6 +337,8 @@ def run_report(run_dir: str | Path, comparison: dict | None = None, title: str |
     parts = []
     if any(n.startswith("probe/") for n in names):
         parts.append(section("User-turn probe", comparison_probe_table(records, comparison.get("config"))))
+    if comparison.get("differences"):
+        parts.append(section("Genuine rate against the first checkpoint", difference_table(comparison["differences"])))
     rows = []
     for r in records:
         ckpt = r.get("checkpoint", "")

@@ -60,17 +60,24 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def mt_bench_heldout_ids(questions: list[dict]) -> set[int]:
+    """The held-out MT-Bench question ids: 4 per category of `HELDOUT_MTB_CATEGORIES`, drawn with the part's seed.
+    `scripts/train_judge_classifier.py` keeps these items out of the judge's fit."""
+    rng = random.Random(SETTINGS["seed"])
+    held_ids = set()
+    for category in HELDOUT_MTB_CATEGORIES:
+        ids = sorted(r["question_id"] for r in questions if r["category"] == category)
+        held_ids |= set(rng.sample(ids, SETTINGS["heldout"]["mt_bench_per_category"]))
+    return held_ids
+
+
 def split_data(data: Path) -> dict[str, Path]:
     """Held-out and training copies of HealthBench and MT-Bench under `data/` (file names say the split)."""
     hb = _rows(repro.SHARED / "healthbench" / "oss_eval_first30.jsonl")
     multi = [r for r in hb if len(r["prompt"]) > 1]
     single = [r for r in hb if len(r["prompt"]) == 1]
     mtb = _rows(repro.SHARED / "mt_bench" / "question.jsonl")
-    rng = random.Random(SETTINGS["seed"])
-    held_ids = set()
-    for category in HELDOUT_MTB_CATEGORIES:
-        ids = sorted(r["question_id"] for r in mtb if r["category"] == category)
-        held_ids |= set(rng.sample(ids, SETTINGS["heldout"]["mt_bench_per_category"]))
+    held_ids = mt_bench_heldout_ids(mtb)
     paths = {
         "hb_test": _write(data / "healthbench_multiturn" / "test.jsonl", multi),
         "hb_train": _write(data / "healthbench_singleturn" / "train.jsonl", single),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from fic.judges import Case
 from fic.judges.classifier import FollowupClassifier, fit
 from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
 from fic.judges.labels import GENUINE_FOLLOWUP
+from fic.judges.provenance import item_key, prompt_hash
 from fic.metrics import agreement, cohen_kappa
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +95,33 @@ def labelled_rows(labels: str | Path, shared: str | Path | None) -> list[dict]:
     return rows
 
 
+def excluded_items(shared: str | Path | None) -> dict[str, str]:
+    """`{prompt hash: why}` of the items no fit may include (`fic.judges.provenance`): every HealthBench item of
+    oss_eval_first30 (`make reproduce` probes all 30 and holds out the 9 multi-turn ones), the MT-Bench items the
+    collab part holds out, and IFBench (no label ever: the clean check of how a judge transfers)."""
+    if not shared:
+        return {}
+    sys.path.insert(0, str(ROOT / "reproduce"))
+    from collab import mt_bench_heldout_ids
+
+    from fic.data import load_source
+
+    shared = Path(shared)
+    out = {}
+    for record in load_source(f"healthbench:{shared / 'healthbench/oss_eval_first30.jsonl'}"):
+        out[prompt_hash(record.messages)] = "healthbench: make reproduce evaluates every item"
+    questions = load(shared / "mt_bench/question.jsonl")
+    held = {str(i) for i in mt_bench_heldout_ids(questions)}
+    for record in load_source(f"mt_bench:{shared / 'mt_bench/question.jsonl'}"):
+        if record.id in held:
+            out[prompt_hash(record.messages)] = "mt_bench: held out by make reproduce's collab part"
+    ifbench = shared / "ifbench/IFBench_test.jsonl"
+    if ifbench.is_file():
+        for record in load_source(f"ifbench:{ifbench}"):
+            out[prompt_hash(record.messages)] = "ifbench: never in a fit"
+    return out
+
+
 def rules_and_features(labels: str | Path, shared: str | Path | None):
     """`labelled_rows`, their cases, the rules-only judge's verdict on each, and the classifier features of the cases
     the rules leave open (`{row index: vector}`): what both this script and `judge_ablations.py` start from."""
@@ -125,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, cases, rule_verdicts, features = rules_and_features(args.labels, args.mt_bench)
     rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
-    split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in ("train", "dev", "test", "constructed")}
+    # Items make reproduce evaluates leave every fit: their labelled turns join the held-out ones that measure the
+    # judge (`excluded`), constructed cases built on them are dropped.
+    excluded = excluded_items(args.mt_bench)
+    for r in rows:
+        if prompt_hash(r["messages"]) in excluded and r["split"] != "test":
+            r["split"] = "excluded" if r["split"] != "constructed" else "dropped"
+    splits = ("train", "dev", "test", "excluded", "constructed")
+    split = {s: [i for i, r in enumerate(rows) if r["split"] == s] for s in splits}
     constructed = split.pop("constructed")
     fit_pool = split["train"] + split["dev"]
+    heldout = split["test"] + split["excluded"]
     failure_labels = sorted({rows[i]["label"] for i in fit_pool if not rows[i]["genuine"]})
     print(f"{len(rows)} labelled: train {len(split['train'])}, dev {len(split['dev'])}, test {len(split['test'])}; "
           f"{len(features)} left open by the surface rules")  # fmt: skip
@@ -188,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     test_rows = [rows[i] for i in split["test"]]
     test_verdicts = decide(model, split["test"])
     old = [rule_verdicts[i] for i in split["test"]]
+    heldout_verdicts = decide(model, heldout)
     labels_path = Path(args.labels).resolve()
     report = {
         "labels": str(labels_path.relative_to(ROOT)) if labels_path.is_relative_to(ROOT) else str(labels_path),
@@ -201,27 +239,58 @@ def main(argv: list[str] | None = None) -> int:
             [v.confidence for v in test_verdicts],
         ),  # fmt: skip
         "test_rules_only": figures(test_rows, [v.label for v in old], [v.genuine for v in old]),
+        "excluded_items": {
+            why: sum(1 for w in excluded.values() if w == why) for why in sorted(set(excluded.values()))
+        },
     }
-    version = f"classifier-v1-{len(fit_pool)}labels-l2{l2:g}-t{threshold:g}-keep{keep:g}"
+    fitted = sorted({item_key(rows[i]["dataset"], rows[i]["messages"]) for i in fit_pool + constructed})
+    assert not {k.rsplit("/", 1)[-1] for k in fitted} & set(excluded), "an excluded item reached the fit"
+    version = f"classifier-v2-{len(fit_pool)}labels-l2{l2:g}-t{threshold:g}-keep{keep:g}"
     model.meta = {"version": version, "trained_on": report["labels"], "split_sizes": report["split_sizes"],
                   "fitted_on": "train+dev+constructed MT-Bench cases", "cross_validation": {k: cv_figures[k] for k in ("binary_kappa",
                   "false_positive_rate", "label_accuracy")},
                   "test": {k: report["test"][k] for k in ("n", "binary_kappa", "false_positive_rate",
                                                            "label_accuracy", "human_genuine_rate",
                                                            "judge_genuine_rate")}}  # fmt: skip
+    model.meta["fitted_items"] = fitted
     model.save(args.out)
     learned = HeuristicJudge(HeuristicJudgeConfig(classifier=args.out))
+    rules_heldout = [rule_verdicts[i] for i in heldout]
     validation = {
         rules.version: {"labels": report["labels"], "test": report["test_rules_only"],
+                        "errors": error_pairs(rows, heldout, rules_heldout),
                         "note": "the rules alone (judge `heuristic`)"},
         learned.version: {"labels": report["labels"], "test": report["test"],
+                          "errors": error_pairs(rows, heldout, heldout_verdicts),
                           "note": "rules + classifier (judge `learned`)"},
     }  # fmt: skip
-    Path(args.validation).write_text(json.dumps(validation, indent=1) + "\n", encoding="utf-8")
+    Path(args.validation).write_text(compact_json(validation) + "\n", encoding="utf-8")
     Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: report[k] for k in ("chosen", "test", "test_rules_only")}, indent=1))
     print(f"wrote {args.out} and {args.report}")
     return 0
+
+
+def error_pairs(rows: list[dict], idx: list[int], verdicts: list) -> dict:
+    """The judge's decisions beside the labels on held-out turns (outside every fit), per dataset, as
+    `{dataset: [[item hash, human genuine, judge genuine], ...]}`: `fic.judges.validity` turns them into sensitivity
+    and specificity with item-clustered variances for the corrected rates."""
+    out: dict[str, list] = {}
+    for i, verdict in zip(idx, verdicts):
+        if verdict.genuine is None:
+            continue
+        row = rows[i]
+        out.setdefault(row["dataset"], []).append([prompt_hash(row["messages"]), bool(row["genuine"]),
+                                                   bool(verdict.genuine)])  # fmt: skip
+    return out
+
+
+def compact_json(data) -> str:
+    """`json.dumps(indent=1)` with every innermost list on one line (the error pairs stay one line each)."""
+    text = json.dumps(data, indent=1)
+    return re.sub(
+        r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text
+    )
 
 
 def _hash(key) -> str:

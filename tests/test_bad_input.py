@@ -141,6 +141,9 @@ def fic_cases(f: dict[str, Path]) -> list[tuple[str, list[str], str]]:
         ("review-missing-dir", ["review", MISSING], MISSING),
         ("review-no-samples", ["review", str(f["empty_dir"])], "samples.jsonl"),
         ("sources-unknown-flag", ["sources", "--format", "csv"], "--format"),
+        # rates
+        ("rates-no-samples", ["rates", str(f["empty_dir"])], "samples.jsonl not found"),
+        ("rates-missing-labels", ["rates", str(f["empty_dir"]), "--labels", f"{MISSING}.jsonl"], "samples.jsonl"),
     ]  # fmt: skip
 
 

@@ -438,7 +438,7 @@ def test_fic_judge_heuristic_command(tmp_path, capsys):
         {"id": "r2", "temperature": 0.7, "messages": CONTEXT, "user_turn": "In step 2, why $12?"},
     ]
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    assert run_judge(_parse(add_judge_arguments, [str(src), "--out", str(out.parent)])) == 0
+    assert run_judge(_parse(add_judge_arguments, [str(src), "--judge", "heuristic", "--out", str(out.parent)])) == 0
     judged = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in judged] == ["r1", "r2"] and judged[0]["temperature"] == 0.7
     assert [(r["label"], r["genuine"]) for r in judged] == [("degenerate_short", False), ("genuine_followup", True)]

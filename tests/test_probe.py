@@ -7,7 +7,7 @@ from conftest import SHARED_DATA
 from transformers import AutoTokenizer
 
 from fic.eval import probe
-from fic.eval.probe_summary import flat_metrics, summarize
+from fic.followup_summary import flat_metrics, summarize
 from fic.judges import Verdict
 
 HEADERS = {"chatml": "<|im_start|>user\n", "llama3": "<|start_header_id|>user<|end_header_id|>\n\n",
@@ -103,7 +103,9 @@ def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):
     summary = probe.run_probe(RecordingBackend(), tok, [gsm8k, mt], tmp_path, temperatures=[0.0, 1.0], samples=2,
                               perturbations=["none", "truncate"], limit=3, judge=EveryOtherJudge(), progress=False)  # fmt: skip
     rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 3 * 2 * 2 * 2
+    # datasets x items x temperatures x (none, truncate and its seed floor `reseed`) x samples
+    assert len(rows) == 2 * 3 * 2 * 3 * 2
+    assert summary["settings"]["perturbations"] == ["none", "truncate", "reseed"]
     for r in rows:
         assert {"dataset", "item_id", "temperature", "perturbation", "sample", "messages", "user_turn", "label",
                 "genuine", "correct"} <= set(r)  # fmt: skip
@@ -137,7 +139,7 @@ def test_resume_gives_the_uninterrupted_samples(gsm8k, tmp_path):
         return sorted(out, key=lambda r: (r["item_id"], r["temperature"], r["perturbation"], r["sample"]))
 
     a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
-    assert len(a) == 5 * 2 * 2 * 2
+    assert len(a) == 5 * 2 * 3 * 2  # none, question and the seed floor `reseed`
     assert a == b
 
 
@@ -145,13 +147,18 @@ def test_fic_probe_cli_on_a_tiny_model(gsm8k, tmp_path):
     from fic.cli import main
     from fic.testing import tiny_model
 
-    rc = main(["probe", "--model", tiny_model("llama3"), "--datasets", gsm8k, "--limit", "2", "--temperatures", "0,1",
-               "--perturbations", "none,truncate", "--response-tokens", "16", "--max-new-tokens", "12",
-               "--out", str(tmp_path)])  # fmt: skip
-    assert rc == 0
+    argv = ["probe", "--model", tiny_model("llama3"), "--datasets", gsm8k, "--limit", "2", "--temperatures", "0,1",
+            "--perturbations", "none,truncate", "--response-tokens", "16", "--max-new-tokens", "12",
+            "--out", str(tmp_path)]  # fmt: skip
+    # GSM8K test item 0 is in the default (learned) judge's fit: refused before a model loads, nothing written
+    assert main(argv) == 1
+    assert not (tmp_path / "samples.jsonl").exists()
+    assert main([*argv, "--allow-judge-overlap"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["n_samples"] == 2 * 2 * 2
-    assert set(summary["percent_changed"]) == {"truncate"}
+    assert summary["n_samples"] == 2 * 2 * 3  # items x temperatures x (none, truncate, reseed); greedy: 1 sample
+    assert set(summary["percent_changed"]) == {"truncate", "reseed"}
+    assert summary["judge_overlap"]["n_overlap"] == 1 and summary["judge_overlap"]["items"] == ["gsm8k:0"]
+    assert "turns of items inside the judge's fit left out" in summary["overall"]["corrected_note"]
 
 
 def test_too_long_contexts_are_skipped_and_counted(gsm8k, tmp_path):

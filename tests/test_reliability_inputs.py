@@ -133,7 +133,7 @@ def test_training_on_a_tokenizer_without_chat_template_raises_the_user_error(tin
 def test_fic_commands_on_models_that_cannot_load(tiny, tmp_path, capsys, shared_data):
     gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
     damaged = copy_model(tiny, tmp_path / "damaged", truncate("model.safetensors"))
-    assert cli.main(["probe", "--model", str(damaged), "--datasets", gsm8k, "--limit", "1",
+    assert cli.main(["probe", "--model", str(damaged), "--datasets", gsm8k, "--limit", "1", "--judge", "heuristic",
                      "--out", str(tmp_path / "p")]) == 1  # fmt: skip
     line = one_error_line(capsys.readouterr().err)
     assert str(damaged) in line and "missing or damaged" in line and "SafetensorError" in line
@@ -142,7 +142,7 @@ def test_fic_commands_on_models_that_cannot_load(tiny, tmp_path, capsys, shared_
     assert "'some-org/not-cached-model'" in line and "--model PATH" in line
     no_template = copy_model(tiny, tmp_path / "no_template", drop_template)
     assert cli.main(["probe", "--model", str(no_template), "--datasets", gsm8k, "--limit", "1", "--response-tokens",
-                     "4", "--out", str(tmp_path / "t")]) == 1  # fmt: skip
+                     "4", "--judge", "heuristic", "--out", str(tmp_path / "t")]) == 1  # fmt: skip
     assert "no chat template" in one_error_line(capsys.readouterr().err)
 
 

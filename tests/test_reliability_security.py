@@ -36,10 +36,11 @@ class HostileBackend:
 
 def test_generated_text_is_inert_in_the_probe_report(shared_data, tmp_path):
     from fic.eval.probe import run_probe
+    from fic.judges import make_judge
 
     gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
     run_probe(HostileBackend(), build_tokenizer("chatml"), [gsm8k], tmp_path, temperatures=[0.0, 1.0], samples=2,
-              perturbations=["none", "question"], limit=4, progress=False)  # fmt: skip
+              perturbations=["none", "question"], limit=4, progress=False, judge=make_judge("heuristic"))  # fmt: skip
     rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert {r["user_turn"] for r in rows} == set(HOSTILE)  # the attacks really went through the probe
     page = assert_inert((tmp_path / "report.html").read_text())

@@ -94,7 +94,7 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
     sys.modules.pop("probe", None)
     import probe as part
 
-    from fic.eval.probe_summary import summarize
+    from fic.followup_summary import summarize
 
     rows = []
     for dataset in part.SETTINGS["datasets"]:

@@ -192,6 +192,14 @@ def eval_judge(eval_config):
     return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
 
 
+def check_heldout_judge(records: list, eval_config, judge) -> dict:
+    """The held-out items against the judge's fit: refused in one line unless `eval.allow_judge_overlap`."""
+    from fic.judges.provenance import check_overlap
+
+    items = [(r.source, r.id, r.messages) for r in records]
+    return check_overlap(judge, items, eval_config.allow_judge_overlap, "eval.allow_judge_overlap=true")
+
+
 def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge, split: bool = True) -> dict:
     """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says.
 
@@ -199,6 +207,7 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
     no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
     from fic.distributed import map_across_ranks
     from fic.followup_eval import genuine_followup_rate
+    from fic.judges.validity import judge_validity
 
     return genuine_followup_rate(
         local_backend(model, tokenizer),
@@ -210,6 +219,8 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
         max_new_tokens=eval_config.max_new_tokens,
         seed=eval_config.seed,
         map_fn=map_across_ranks if split else None,
+        meta=[{"dataset": c["source"], "item_id": c["id"]} for c in contexts],
+        validity=judge_validity(judge),
     )
 
 
@@ -286,6 +297,7 @@ def main(recipe) -> None:
     heldout = heldout_contexts(records, run.eval, run.model, run.tokenizer)
     logger.info("training on %d conversations; %d held-out contexts", len(rows), len(heldout))
     judge = eval_judge(run.eval) if heldout else None
+    overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
     before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
     trainer = CollabSFTTrainer(
         model=run.model,
@@ -304,6 +316,7 @@ def main(recipe) -> None:
         args.output_dir,
         before,
         after,
+        judge_overlap=overlap,
         method="collab_sft",
         train_on=args.train_on,
         data=data_summary,

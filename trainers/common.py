@@ -104,8 +104,24 @@ def check_master_weights(model, args, peft: bool) -> None:
 
 
 def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) -> Path:
-    """Write `OUTPUT_DIR/eval_summary.json` with `before` and `after` metric dicts (atomically)."""
-    path = Path(output_dir) / "eval_summary.json"
+    """Write `OUTPUT_DIR/eval_summary.json` with the `before` and `after` evaluations (atomically).
+
+    Where both carry their judged turns (`rows`, from `fic.followup_eval`), the turns go to
+    `OUTPUT_DIR/eval_turns/{before,after}.jsonl` (`fic review` and `fic rates` read them) and the summary gains
+    `difference`: after - before, paired by item with a clustered bootstrap interval and p-value
+    (`fic.followup_summary.compare`), which says "no detectable change" when the interval covers 0."""
+    from fic.followup_summary import compare
+    from fic.jsonl import write_rows
+
+    output_dir = Path(output_dir)
+    before, after = dict(before), dict(after)
+    rows = {"before": before.pop("rows", None), "after": after.pop("rows", None)}
+    if rows["before"] and rows["after"]:
+        for name, turns in rows.items():
+            write_rows(output_dir / "eval_turns" / f"{name}.jsonl", turns)
+        extra["difference"] = compare(rows["before"], rows["after"])
+        logger.info("genuine follow-up rate, after - before: %s", extra["difference"]["overall"]["reading"])
+    path = output_dir / "eval_summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"before": before, "after": after, **extra}, indent=2, sort_keys=True))

@@ -183,6 +183,7 @@ def main(recipe) -> None:
     from fic.data.followups import contexts_from_records, drop_overlap
     from fic.distributed import map_across_ranks
     from fic.trainers.collab_sft import (
+        check_heldout_judge,
         eval_judge,
         evaluate_followups,
         heldout_contexts,
@@ -217,6 +218,7 @@ def main(recipe) -> None:
         "%d training contexts (%d held-out overlaps dropped), %d held-out", len(contexts), dropped, len(heldout)
     )
     judge = eval_judge(run.eval) if heldout else None
+    overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
     before = evaluate_followups(run.model, tokenizer, heldout, run.eval, judge) if heldout else {}
     trainer = FollowupRLTrainer(
         model=run.model,
@@ -236,7 +238,7 @@ def main(recipe) -> None:
     first, last = curve_ends(curve)
     before["mean_reward"], after["mean_reward"] = first, last
     write_summary(
-        args.output_dir, before, after,
+        args.output_dir, before, after, judge_overlap=overlap,
         method="followup_rl", reward_curve=curve, rewards=args.rewards, penalties=args.penalties,
         reward_judge=args.reward_judge, train_contexts=len(contexts), dropped_heldout_overlap=dropped,
         heldout={"contexts": len(heldout), "datasets": run.eval.datasets, "answers": run.eval.responses,

@@ -260,6 +260,25 @@ def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
     return lines
 
 
+def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
+    """The probe's held-out items against the evaluation judge's fit (`fic.judges.provenance`): one line."""
+    from fic.data import parse_spec
+    from fic.eval.config import EvalConfig
+    from fic.judges import make_judge
+    from fic.judges.provenance import overlap, overlap_line
+
+    ev = recipe.get(EvalConfig)
+    evaluated = [(parse_spec(i.spec)[0], r.id, r.messages) for i in items
+                 if i.role == "eval" and i.field == "eval.datasets" and i.records for r in i.records]  # fmt: skip
+    if not evaluated:
+        return []
+    found = overlap(make_judge(ev.judge, ev.judge_base_url, ev.judge_model), evaluated)
+    refused = found["n_overlap"] and not ev.allow_judge_overlap
+    return [
+        overlap_line(found) + (" (refused at evaluation; eval.allow_judge_overlap=true allows it)" if refused else "")
+    ]
+
+
 def train_rows(recipe, args, items: list[DataPlan]) -> int | None:
     train = [i for i in items if i.role == "train"]
     if recipe.method == "vasd" and args.synthetic_tasks:
@@ -315,5 +334,6 @@ def make_plan(recipe, processes: int) -> str:
     fired = next((int(s.split(": ")[1].split()[0]) for s in sched if s.startswith("in-training evaluations (")), 0)
     evaluations = fired if recipe.method == "vasd" else fired + 2  # collab SFT / follow-up RL: before and after too
     lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.lic_data else []
+    lines += judge_fit(recipe, items)
     lines += notes
     return "\n".join(lines)

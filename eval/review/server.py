@@ -1,6 +1,7 @@
 """`fic review DIR [--port P]`: a blind manual-review web app to validate a follow-up judge by hand.
 
-DIR holds the `samples.jsonl` that `fic probe` writes. The annotator sees one context and its generated user turn
+DIR holds the `samples.jsonl` that `fic probe` writes (`--sample N`: a random stratified sample of its turns, whose
+labels `fic rates DIR` turns into the calibrated estimate). The annotator sees one context and its generated user turn
 at a time, in a shuffled order, with no model name, dataset or judge label; picks the primary label and the binary
 genuine decision; and each annotation is saved at once (atomically). Reloading resumes where the annotator
 stopped. `/agreement` reports Cohen's kappa between the human and the judge.
@@ -151,9 +152,9 @@ class ReviewHandler(BaseHTTPRequestHandler):
 
 
 def make_server(directory: str | Path, host: str = "127.0.0.1", port: int = 8765, annotator: str = "annotator",
-                seed: int | None = None) -> ThreadingHTTPServer:  # fmt: skip
+                seed: int | None = None, sample: int | None = None) -> ThreadingHTTPServer:  # fmt: skip
     """A ready (not yet serving) review server for `directory`; `port=0` picks a free port."""
-    store = ReviewStore(directory, annotator=annotator, seed=seed)
+    store = ReviewStore(directory, annotator=annotator, seed=seed, sample=sample)
     handler = type("BoundReviewHandler", (ReviewHandler,), {"store": store, "allowed_hosts": None})
     server_class = ThreadingHTTPServer
     if ":" in host:  # an IPv6 address
@@ -173,11 +174,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to bind; the default keeps the app on this machine")  # fmt: skip
     parser.add_argument("--annotator", default="annotator", help="name stored with each annotation")
     parser.add_argument("--seed", type=int, help="shuffle seed (default: drawn once and kept in DIR/review)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="label N turns drawn at random, stratified by dataset and temperature; the labels go to "
+                        "DIR/labels.jsonl and `fic rates DIR` adds the calibrated estimate (default: every turn)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        server = make_server(args.directory, args.host, args.port, args.annotator, args.seed)
+        server = make_server(args.directory, args.host, args.port, args.annotator, args.seed, args.sample)
     except (ReviewError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -5,6 +5,12 @@ user turn; the model, dataset, item id, temperature and the judge's label stay o
 shuffle by a seed drawn once and kept in `DIR/review/order.json`, so every session of the same folder sees the same
 order and a reload resumes at the first item not yet annotated.
 
+Sampling. `sample=N` serves N turns drawn at random, stratified by dataset and temperature with proportional
+allocation (so the labelled turns stay a uniform sample of the run, as the prediction-powered estimate assumes); the
+draw is kept in `DIR/review/order.json` with the seed. Every annotation also goes to `DIR/labels.jsonl` (the sample's
+key fields, `genuine`, `label` and the run's id), which `fic rates DIR` reads; `state()` carries the calibrated
+estimate of the labels so far and its interval width.
+
 Saving. Annotations live in `DIR/review/annotations.json` ({id: {label, genuine, annotator, time}}), rewritten
 atomically (temp file + rename) after each one, so a crash never leaves half a file. `DIR/review/human_labels.jsonl`
 mirrors them in the judge-output format (dataset, item_id, temperature, perturbation, sample, label, genuine), so
@@ -46,7 +52,8 @@ def _genuine_label() -> str:
 class ReviewStore:
     """Items, order and annotations of one review folder (thread-safe)."""
 
-    def __init__(self, directory: str | Path, annotator: str = "annotator", seed: int | None = None):
+    def __init__(self, directory: str | Path, annotator: str = "annotator", seed: int | None = None,
+                 sample: int | None = None):  # fmt: skip
         self.directory = Path(directory)
         path = self.directory / "samples.jsonl"
         if not path.is_file():
@@ -67,20 +74,37 @@ class ReviewStore:
             seen[ident] = seen.get(ident, 0) + 1
             key = hashlib.sha256(f"{ident}#{seen[ident]}".encode()).hexdigest()[:16]
             self.rows[key] = row
-        self.order = self._order(seed)
+        self.order = self._order(seed, sample)
+        self.run_id = _run_id(self.directory)
         self._lock = threading.Lock()
         self.annotations: dict[str, dict] = self._load_annotations()
 
-    def _order(self, seed: int | None) -> list[str]:
+    def _order(self, seed: int | None, sample: int | None) -> list[str]:
         state_path = self.review_dir / "order.json"
+        saved = json.loads(state_path.read_text()) if state_path.is_file() else {}
         if seed is None:
-            if state_path.is_file():
-                seed = json.loads(state_path.read_text())["seed"]
-            else:
-                seed = random.SystemRandom().randrange(2**31)
-        write_json(state_path, {"seed": seed})
-        order = sorted(self.rows)
-        random.Random(seed).shuffle(order)
+            seed = saved.get("seed", random.SystemRandom().randrange(2**31))
+        if sample is None:
+            sample = saved.get("sample")
+        if sample is not None and not 0 < sample:
+            raise ReviewError(f"--sample {sample}: give a positive number of turns to label")
+        write_json(state_path, {"seed": seed, "sample": sample})
+        rng = random.Random(seed)
+        if sample is None or sample >= len(self.rows):
+            order = sorted(self.rows)
+            rng.shuffle(order)
+            return order
+        strata: dict[tuple, list[str]] = {}
+        for key in sorted(self.rows):
+            row = self.rows[key]
+            strata.setdefault((str(row.get("dataset")), float(row.get("temperature") or 0.0)), []).append(key)
+        # Proportional allocation with the largest remainders, then a uniform draw inside each stratum.
+        quotas = {s: sample * len(keys) / len(self.rows) for s, keys in strata.items()}
+        counts = {s: int(q) for s, q in quotas.items()}
+        for s in sorted(quotas, key=lambda s: (counts[s] - quotas[s], s))[: sample - sum(counts.values())]:
+            counts[s] += 1
+        order = [key for s, keys in sorted(strata.items()) for key in rng.sample(keys, counts[s])]
+        rng.shuffle(order)
         return order
 
     def _load_annotations(self) -> dict[str, dict]:
@@ -101,7 +125,24 @@ class ReviewStore:
     def state(self) -> dict:
         with self._lock:
             return {"total": len(self.order), "done": len(self.annotations), "next": self._next(),
-                    "annotator": self.annotator, "labels": self.labels()}  # fmt: skip
+                    "annotator": self.annotator, "labels": self.labels(), "estimate": self.estimate()}  # fmt: skip
+
+    def estimate(self) -> dict | None:
+        """The calibrated (PPI++) rate of the whole run from the labels so far, beside the labels alone, with each
+        interval's width (None before two labels, or when the judge's verdicts are not in the samples)."""
+        from fic.followup_summary import calibrated, row_key
+
+        rows = [r for r in self.rows.values() if r.get("genuine") is not None]
+        labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items() if k in self.rows}
+        try:
+            out = calibrated(rows, labels)
+        except (KeyError, TypeError, ValueError):  # rows without the sample key fields
+            return None
+        if out is None:
+            return None
+        width = lambda c: c["high"] - c["low"]  # noqa: E731
+        return {"n_labels": out["n_labels"], "calibrated": {**{k: out[k] for k in ("rate", "low", "high")},
+                "width": width(out)}, "labels_only": {**out["labels_only"], "width": width(out["labels_only"])}}  # fmt: skip
 
     def _next(self) -> int | None:
         for i, key in enumerate(self.order):
@@ -136,7 +177,8 @@ class ReviewStore:
                                      "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
             write_json(self.review_dir / "annotations.json", self.annotations)
             self._write_human_labels()
-            return {"ok": True, "done": len(self.annotations), "next": self._next()}
+            self._write_run_labels()
+            return {"ok": True, "done": len(self.annotations), "next": self._next(), "estimate": self.estimate()}
 
     def _write_human_labels(self) -> None:
         path = self.review_dir / "human_labels.jsonl"
@@ -147,6 +189,22 @@ class ReviewStore:
                     row = self.rows[key]
                     ident = {k: row[k] for k in IDENTITY if k in row}
                     f.write(json.dumps({**ident, **self.annotations[key]}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+
+    def _write_run_labels(self) -> None:
+        """`DIR/labels.jsonl`, the labels `fic rates DIR` reads: key fields, genuine, label, annotator, run id."""
+        path = self.directory / "labels.jsonl"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for key in self.order:
+                if key in self.annotations:
+                    row, note = self.rows[key], self.annotations[key]
+                    out = {
+                        k: row[k] for k in ("dataset", "item_id", "temperature", "perturbation", "sample") if k in row
+                    }
+                    out.update(genuine=note["genuine"], label=note["label"], annotator=note["annotator"],
+                               run_id=self.run_id)  # fmt: skip
+                    f.write(json.dumps(out, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
 
     # agreement ----------------------------------------------------------------------------------------------
@@ -175,6 +233,11 @@ class ReviewStore:
                 out["confusion"].setdefault(h, {}).setdefault(j, 0)
                 out["confusion"][h][j] += 1
         return out
+
+
+def _run_id(directory: Path) -> str | None:
+    meta = directory / "probe_meta.json"
+    return json.loads(meta.read_text()).get("run_id") if meta.is_file() else None
 
 
 def _text(content) -> str:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     ),
     "eval-checkpoints": ("fic.eval.checkpoints", "add_arguments", "run", "evaluate every checkpoint of a run"),
     "review": ("fic.eval.review.server", "add_arguments", "run", "blind manual-review web app for judge validation"),
+    "rates": ("fic.eval.rates", "add_arguments", "run", "recompute a probe folder's rates, with its labels"),
     "sources": ("fic.data.sources", "add_arguments", "run", "dataset names, their hub copies and local schemas"),
 }  # fmt: skip
 

@@ -26,7 +26,7 @@ import logging
 import os
 
 from fic.errors import FicError
-from fic.judges import JUDGE_KINDS
+from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS
 
 BACKENDS = ("transformers", "vllm", "openai")
 USERS = ("rules", "llm")  # as regret's `--tracker rules|llm`
@@ -127,12 +127,19 @@ def backend_kwargs(args) -> dict:
     return {}
 
 
-def add_judge_arguments(parser, default: str = "heuristic") -> None:
+def add_judge_arguments(parser, default: str = DEFAULT_JUDGE) -> None:
     """`--judge`, `--judge-base-url`, `--judge-model`."""
     parser.add_argument("--judge", default=default, choices=JUDGE_KINDS, help="follow-up judge (llm and cascade need an "
                         "endpoint)")  # fmt: skip
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")
+
+
+def add_judge_overlap_argument(parser) -> None:
+    """`--allow-judge-overlap`: evaluate items inside the judge's fit (refused otherwise; `fic.judges.provenance`)."""
+    parser.add_argument("--allow-judge-overlap", action="store_true",
+                        help="evaluate items the judge was fitted on; the summary records the overlap and leaves "
+                        "them out of corrected and calibrated rates")  # fmt: skip
 
 
 def add_out_argument(parser, help: str = "output folder (rerun with the same folder to resume)") -> None:

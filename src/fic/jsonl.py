@@ -99,6 +99,15 @@ def append_rows(path: str | Path, rows: Iterable[dict]) -> None:
         os.fsync(f.fileno())
 
 
+def write_rows(path: str | Path, rows: Iterable[dict]) -> None:
+    """Write `rows` as JSON lines atomically (temp file + rename), replacing the file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_json(path: str | Path, obj) -> None:
     """Write `obj` as indented JSON atomically (temp file + rename), so readers never see half a file."""
     path = Path(path)

@@ -39,6 +39,16 @@ def probe_accuracy(dataset: str) -> str:
     return f"probe/{dataset}/accuracy"
 
 
+def probe_corrected(dataset: str) -> str:
+    """`probe/<dataset>/corrected_rate`: the judge-corrected genuine rate pooled over the dataset's turns."""
+    return f"probe/{dataset}/corrected_rate"
+
+
+def probe_generic_floor(dataset: str) -> str:
+    """`probe/<dataset>/generic_floor`: share still judged genuine after the context swap (pooled)."""
+    return f"probe/{dataset}/generic_floor"
+
+
 def probe_pct_changed(perturbation: str) -> str:
     """`probe/<control>/pct_changed`: share of user turns that a control changed (same seed)."""
     return f"probe/{perturbation}/pct_changed"

@@ -23,8 +23,15 @@ function setStatus(text, isError) {
   $("status").className = isError ? "error" : "";
 }
 
-function showProgress(done) {
-  $("progress").textContent = `${done} / ${state.total} annotated`;
+function showProgress(done, estimate) {
+  let text = `${done} / ${state.total} annotated`;
+  if (estimate) {
+    const c = estimate.calibrated;
+    const f = (x) => x.toFixed(3);
+    text += ` · calibrated rate ${f(c.rate)} [${f(c.low)}, ${f(c.high)}], width ${f(c.width)}` +
+      ` (labels alone: ${f(estimate.labels_only.width)})`;
+  }
+  $("progress").textContent = text;
 }
 
 function buildLabels() {
@@ -99,7 +106,7 @@ async function save() {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ id: state.item.id, label: label, genuine: genuine === "yes" }),
     });
-    showProgress(result.done);
+    showProgress(result.done, result.estimate);
     setStatus("saved", false);
     if (result.next !== null && result.next !== state.index) {
       await go(result.next);
@@ -139,7 +146,7 @@ async function start() {
     state.total = s.total;
     state.labels = s.labels;
     buildLabels();
-    showProgress(s.done);
+    showProgress(s.done, s.estimate);
     const match = /^#i=(\d+)$/.exec(location.hash);
     const wanted = match ? Number(match[1]) : s.next === null ? 0 : s.next;
     await go(Math.min(wanted, s.total - 1));

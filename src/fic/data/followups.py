@@ -281,6 +281,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the candidates")
     cli_args.add_token_arguments(parser, 96, 512, turn="tokens per candidate user turn")
     cli_args.add_judge_arguments(parser)
+    cli_args.add_judge_overlap_argument(parser)
     cli_args.add_seed_argument(parser)
     cli_args.add_out_argument(parser, help=f"output folder: {OUT_FILE} (an SFT set: conversations:DIR/{OUT_FILE}) "
                               "and summary.json")  # fmt: skip
@@ -313,6 +314,14 @@ def build(args) -> tuple[list[dict], dict]:
         raise DataError("nothing to build: pass --contexts SPEC (sampled follow-ups) and/or --real SPEC")
     if args.samples < 1 or args.keep < 1:
         raise DataError(f"--samples {args.samples} / --keep {args.keep}: both must be at least 1")
+    judge = None
+    if args.contexts:  # the contexts against the judge's fit, before a model loads
+        from fic.judges import make_judge
+        from fic.judges.provenance import check_overlap
+
+        judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
+        items = [(r.source, r.id, r.messages) for r in load_records(args.contexts, args.limit)]
+        check_overlap(judge, items, getattr(args, "allow_judge_overlap", False), "--allow-judge-overlap")
     backend, tokenizer = _model_pieces(args)
     rows, summary = [], {}
     if args.real:
@@ -320,7 +329,7 @@ def build(args) -> tuple[list[dict], dict]:
         rows += real
         summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
     if args.contexts:
-        from fic.judges import is_genuine, make_judge
+        from fic.judges import is_genuine
         from fic.metrics import genuine_rate
 
         contexts = contexts_from_records(load_records(args.contexts, args.limit), args.responses, backend,
@@ -330,7 +339,6 @@ def build(args) -> tuple[list[dict], dict]:
         else:
             candidates = sample_candidates(backend, tokenizer, contexts, args.samples, args.temperature,
                                            args.max_new_tokens, args.top_p, args.seed)  # fmt: skip
-        judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
         origin = "template" if args.candidates == "templates" else "sampled"
         sampled, counts = rejection_sample(contexts, candidates, judge, args.keep, origin)
         rows += sampled

@@ -38,6 +38,14 @@ class CascadeJudge:
         second = getattr(self.second, "name", type(self.second).__name__)
         return f"cascade({first} -> {second} below {self.threshold:g})"
 
+    @property
+    def provenance(self) -> dict:
+        """The first judge's fit (the second, an LLM behind an endpoint, has no known provenance)."""
+        from .provenance import judge_provenance
+
+        first = judge_provenance(self.first)
+        return {**first, "source": f"{first['source']}; second stage: provenance unknown"}
+
     def judge(self, cases: list[Case]) -> list[Verdict]:
         verdicts, unsure = self._first(cases)
         if unsure:

@@ -361,6 +361,20 @@ class HeuristicJudge:
             return f"{RULES_VERSION}+rules-only"
         return f"{RULES_VERSION}+{self.classifier.meta.get('version', 'classifier')}"
 
+    @property
+    def provenance(self) -> dict:
+        """The items this judge was fitted on (`fic.judges.provenance`): none for the hand-written rules; the
+        classifier's `fitted_items` otherwise (None, "provenance unknown", for a classifier that does not ship them)."""
+        if self.classifier is None:
+            return {"source": "rules (fitted on no items)", "fitted_items": set(), "datasets": {}}
+        keys = self.classifier.meta.get("fitted_items")
+        if keys is None:
+            return {"source": f"{self.version}: provenance unknown", "fitted_items": None, "datasets": {}}
+        datasets: dict[str, int] = {}
+        for key in keys:
+            datasets[key.split("/")[0]] = datasets.get(key.split("/")[0], 0) + 1
+        return {"source": self.version, "fitted_items": {k.rsplit("/", 1)[-1] for k in keys}, "datasets": datasets}
+
     def judge(self, cases: list[Case]) -> list[Verdict]:
         learned = self.classifier is not None
         verdicts, open_cases = self.rule_verdicts(cases, features=learned)

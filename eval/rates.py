@@ -1,0 +1,128 @@
+"""`fic rates RUN [--labels FILE]`: a probe folder's summary and report recomputed from its files, without a model.
+
+`RUN/samples.jsonl` holds every judged turn and `RUN/probe_meta.json` the run's settings, task accuracy and judge
+overlap, so the summary (`fic.followup_summary.summarize`) can be recomputed at any time: after labelling a sample of
+the turns with `fic review RUN --sample N` (which writes `RUN/labels.jsonl`), `fic rates RUN` adds the calibrated
+(prediction-powered) estimate and the judge's agreement with those labels to `summary.json` and `report.html`.
+
+Bad input is one line: a folder without samples, labels naming turns the run does not have, labels of another run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from fic.errors import FicError
+from fic.followup_summary import row_key, summarize
+from fic.jsonl import load_done, write_json
+
+logger = logging.getLogger(__name__)
+
+LABELS_FILE = "labels.jsonl"
+META_FILE = "probe_meta.json"
+
+
+class RatesError(FicError, ValueError):
+    """A folder or labels file `fic rates` cannot use; the message says why."""
+
+
+def read_labels(path: Path, rows: list[dict], run_id: str | None) -> list[dict]:
+    """The rows of a labels file, checked against the run: every label names a turn of `rows`, from this run."""
+    keys = {row_key(r) for r in rows}
+    labels = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            label = json.loads(line)
+            key = row_key(label)
+            genuine = label["genuine"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise RatesError(f"{path} line {n}: not a label row ({err}); fic review writes dataset, item_id, "
+                             "temperature, perturbation, sample, genuine, label") from None  # fmt: skip
+        if not isinstance(genuine, bool):
+            raise RatesError(f"{path} line {n}: genuine must be true or false, got {genuine!r}")
+        if run_id and label.get("run_id") not in (None, run_id):
+            raise RatesError(f"{path} line {n}: labels of another run (run_id {label['run_id']}, this run "
+                             f"{run_id}); label this run's turns with `fic review {path.parent} --sample N`")  # fmt: skip
+        labels.append((key, label))
+    missing = [key for key, _ in labels if key not in keys]
+    if missing:
+        raise RatesError(f"{path}: {len(missing)} of {len(labels)} labels name turns this run does not have, e.g. "
+                         f"{missing[0]}; was the file written for another folder?")  # fmt: skip
+    return [label for _, label in labels]
+
+
+def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = None, report: bool = True,
+                empty_ok: bool = False) -> dict:  # fmt: skip
+    """Recompute `RUN/summary.json` (and the plots and `report.html`) from the folder's files; return the summary.
+
+    `judge`: the judge object that made the verdicts (its measured error rates give the corrected rates); without
+    one, the judge named in the run's settings is looked up by version in `fic.judges.validity`. `empty_ok`: a probe
+    whose every item was skipped writes an empty summary instead of failing."""
+    from fic.judges.validity import judge_validity, validity_of
+
+    run_dir = Path(run_dir)
+    samples = run_dir / "samples.jsonl"
+    if not samples.is_file() and not empty_ok:
+        raise RatesError(f"{samples} not found; `fic rates` reads a folder written by `fic probe`")
+    rows = load_done(samples) if samples.is_file() else []
+    if not rows and not empty_ok:
+        raise RatesError(f"{samples} holds no samples; run `fic probe` into {run_dir} first")
+    meta_path = run_dir / META_FILE
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    validity = judge_validity(judge) if judge is not None else validity_of(meta.get("judge_validity") or {})
+    labels_path = Path(labels) if labels else run_dir / LABELS_FILE
+    if labels and not labels_path.is_file():
+        raise RatesError(f"--labels {labels_path}: no such file")
+    label_rows = read_labels(labels_path, rows, meta.get("run_id")) if labels_path.is_file() else []
+    overlap = meta.get("judge_overlap") or {}
+    excluded = {tuple(item.split(":", 1)) for item in overlap.get("items", [])}
+    summary = summarize(rows, meta.get("accuracy"), validity=validity, labels=label_rows, excluded=excluded)
+    summary.update(settings=meta.get("settings"), skipped_items=meta.get("skipped_items"), judge_validity=validity,
+                   judge_overlap=overlap, run_id=meta.get("run_id"))  # fmt: skip
+    if validity is not None and "errors" in validity:  # the error pairs are long and live in validation.json
+        summary["judge_validity"] = {k: v for k, v in validity.items() if k != "errors"}
+    write_json(run_dir / "summary.json", summary)
+    if report:
+        from .probe_plots import write_plots
+        from .report import probe_report
+
+        write_plots(summary, run_dir)
+        probe_report(summary, rows, run_dir / "report.html")
+    return summary
+
+
+def estimate_lines(summary: dict) -> list[str]:
+    """One line per dataset and overall: raw, corrected, calibrated and generic floor, as `fic probe` prints them."""
+
+    def cell(c: dict | None) -> str:
+        return "-" if not c else f"{c['rate']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+
+    lines = []
+    for name, est in [*summary["by_dataset"].items(), ("overall", summary["overall"])]:
+        raw, calibrated = est["raw"], est.get("calibrated")
+        n_labels = f" ({calibrated['n_labels']} labels)" if calibrated else ""
+        lines.append(
+            f"{name:>14}: raw {cell(raw)} n={raw['n']} items={raw['n_items']} | corrected {cell(est['corrected'])}"
+            f" | calibrated {cell(calibrated)}{n_labels} | generic floor {cell(est.get('generic_floor'))}"
+        )
+    lines.append(f"note: {summary['assumption']}")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN", help="a `fic probe` output folder (holds samples.jsonl)")
+    parser.add_argument("--labels", help=f"labels of this run's turns (default: RUN/{LABELS_FILE} when present)")
+    parser.add_argument("--no-report", action="store_true", help="write summary.json only (no plots, no HTML)")
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = write_rates(args.run_dir, labels=args.labels, report=not args.no_report)
+    for line in estimate_lines(summary):
+        print(line)
+    print(f"wrote {Path(args.run_dir) / 'summary.json'}")
+    return 0

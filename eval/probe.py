@@ -90,7 +90,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
               max_new_tokens: int = 64, response_tokens: int = 128, responses: str = "model", seed: int = 0,
               chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
               report: bool = True, model: str | None = None, allow_judge_overlap: bool = False,
-              generic_floor: bool = True) -> dict:  # fmt: skip
+              generic_floor: bool = True, outside_judge_fit: bool = False) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
 
     Args:
@@ -111,8 +111,10 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         allow_judge_overlap: evaluate items inside the judge's fit (refused otherwise); the summary records the
             overlap and leaves them out of the corrected and calibrated rates.
         generic_floor: judge every turn again after the context swap (`generic_genuine`, the generic floor).
+        outside_judge_fit: take the first `limit` items of each dataset that are outside the judge's fit, instead of
+            the first `limit` items.
     """
-    from fic.data import load_source, parse_spec
+    from fic.data import parse_spec
     from fic.judges import DEFAULT_JUDGE, make_judge
 
     for kind in perturbations:
@@ -121,7 +123,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     if responses not in ("model", "data"):
         raise ValueError(f"responses: expected 'model' or 'data', got {responses!r}")
     judge = judge or make_judge(DEFAULT_JUDGE)
-    overlap = check_items(judge, datasets, limit, allow_judge_overlap)
+    overlap = check_items(judge, datasets, limit, allow_judge_overlap, outside_judge_fit)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
@@ -137,7 +139,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     accuracy, skipped = {}, {}
     for spec in datasets:
         name = parse_spec(spec)[0]
-        records = load_source(spec, limit=limit)
+        records = probe_records(spec, limit, judge, outside_judge_fit)
         answers = get_responses(backend, tokenizer, name, records, out_dir, responses, response_tokens, progress)
         items = [r for r in records if answers.get(r.id, {}).get("response")]
         fitting = [r for r in items if _fits(tokenizer, r.messages, answers[r.id]["response"], context_limit)]
@@ -178,6 +180,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         "datasets": list(datasets), "temperatures": [float(t) for t in temperatures], "samples": samples,
         "perturbations": list(perturbations), "limit": limit, "max_new_tokens": max_new_tokens, "seed": seed,
         "responses": responses, "judge": getattr(judge, "name", type(judge).__name__),
+        "outside_judge_fit": outside_judge_fit,
     }  # fmt: skip
     from fic.judges.validity import judge_validity
 
@@ -207,12 +210,26 @@ def with_seed_floor(perturbations) -> tuple[str, ...]:
     return perturbations
 
 
-def check_items(judge, datasets: list[str], limit: int | None, allow: bool) -> dict:
+def probe_records(spec: str, limit: int | None, judge, outside_judge_fit: bool) -> list:
+    """The items of `spec` the probe runs: the first `limit`, or with `outside_judge_fit` the first `limit` whose prompt
+    is not in the judge's fit (`fic.judges.provenance`; a judge of unknown provenance keeps every item)."""
+    from fic.data import load_source
+    from fic.judges.provenance import judge_provenance, prompt_hash
+
+    if not outside_judge_fit:
+        return load_source(spec, limit=limit)
+    fitted = judge_provenance(judge).get("fitted_items") or set()
+    outside = [r for r in load_source(spec) if prompt_hash(r.messages) not in fitted]
+    return outside[:limit] if limit is not None else outside
+
+
+def check_items(judge, datasets: list[str], limit: int | None, allow: bool, outside_judge_fit: bool = False) -> dict:
     """The probe's items against the judge's fit (`fic.judges.provenance.check_overlap`), before any model loads."""
-    from fic.data import load_source, parse_spec
+    from fic.data import parse_spec
     from fic.judges.provenance import check_overlap, overlap_line
 
-    items = [(parse_spec(spec)[0], r.id, r.messages) for spec in datasets for r in load_source(spec, limit=limit)]
+    items = [(parse_spec(spec)[0], r.id, r.messages) for spec in datasets
+             for r in probe_records(spec, limit, judge, outside_judge_fit)]  # fmt: skip
     found = check_overlap(judge, items, allow, "--allow-judge-overlap (eval.allow_judge_overlap=true)")
     logger.info(overlap_line(found))
     return found
@@ -251,6 +268,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_responses_argument(parser, defaults.responses)
     cli_args.add_seed_argument(parser, defaults.seed)
     cli_args.add_judge_overlap_argument(parser)
+    parser.add_argument(
+        "--outside-judge-fit",
+        action="store_true",
+        help="take the first --limit items of each dataset that the judge was not fitted on",
+    )
     parser.add_argument("--no-generic-floor", action="store_true",
                         help="skip the context-swap control (each turn judged again after another item's answer)")  # fmt: skip
     cli_args.add_out_argument(parser)
@@ -273,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
         load_source(spec, limit=args.limit)
     judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
-    check_items(judge, datasets, args.limit, args.allow_judge_overlap)  # refused before a model loads
+    check_items(judge, datasets, args.limit, args.allow_judge_overlap, args.outside_judge_fit)  # before a model loads
     backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     summary = run_probe(
@@ -281,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         perturbations=perturbations, judge=judge, limit=args.limit,
         max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
         seed=args.seed, model=args.model, allow_judge_overlap=args.allow_judge_overlap,
-        generic_floor=not args.no_generic_floor,
+        generic_floor=not args.no_generic_floor, outside_judge_fit=args.outside_judge_fit,
     )  # fmt: skip
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():

@@ -36,7 +36,7 @@ SETTINGS = {
     "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
     "probe": {"temperatures": [0.7], "samples": 4, "max_new_tokens": 48, "response_tokens": 128, "batch_size": 32},
-    "gsm8k": {"limit": 20, "response_tokens": 192},
+    "gsm8k": {"limit": 20, "response_tokens": 192, "items": "the first 20 test items outside the judge's fit"},
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
     "sft_recipe": "reproduce_collab_sft",
     "rl_recipe": "reproduce_followup_rl",
@@ -118,7 +118,7 @@ def _gsm8k(out: Path, name: str, model: str, log: Path) -> dict:
     repro.fic(["probe", "--model", model, "--datasets", f"gsm8k:{repro.SHARED / 'gsm8k' / 'test.jsonl'}",
                 "--temperatures", "0", "--samples", 1, "--judge", repro.JUDGE, "--max-new-tokens", 8,
                 "--response-tokens", g["response_tokens"], "--responses", "model", "--batch-size", g["limit"],
-                "--limit", g["limit"], "--out", folder], log)  # fmt: skip
+                "--limit", g["limit"], "--outside-judge-fit", "--no-generic-floor", "--out", folder], log)  # fmt: skip
     return repro.read_json(folder / "summary.json")["accuracy"]["gsm8k"]
 
 
@@ -140,10 +140,6 @@ def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Pa
     without in-training evaluation (the probes below measure before and after)."""
     repro.plan(recipe, overrides, log)
     return repro.train(recipe, [*overrides, "eval.datasets=[]"], output_dir, log)
-
-
-def _pct(cell: dict | None) -> float | None:
-    return None if not cell or cell.get("rate") is None else 100 * cell["rate"]
 
 
 def _share(rate: float | None) -> str:
@@ -192,6 +188,16 @@ def _shown_turns(folder: Path, per_dataset: int = 10) -> list[dict]:
     return shown
 
 
+def _differences(base: list[dict], other: list[dict]) -> dict:
+    """`fic.followup_summary.compare(base, other)` with the fields summary.json keeps."""
+    from fic.followup_summary import compare
+
+    keep = ("diff", "low", "high", "p", "n_items", "detectable", "reading")
+    out = compare(base, other)
+    return {"overall": {k: out["overall"][k] for k in keep} if out["overall"] else None,
+            "by_dataset": {d: {k: c[k] for k in keep} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
+
+
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else "..." + text[-n:]
@@ -203,6 +209,10 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
     mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
+    rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
+    differences = {k: _differences(rows["base"], rows[k]) for k in ("sft", "rl")}
+    estimates = {k: {d: repro.estimate(v["by_dataset"].get(d)) for d in ("healthbench", "mt_bench")}
+                 for k, v in probes.items()}  # fmt: skip
     sft_eval = repro.read_json(out / "sft" / "eval_summary.json")
     rl_eval = repro.read_json(out / "rl" / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
@@ -222,6 +232,8 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                     "temperature": p["temperatures"], "samples": p["samples"]},
         "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in ("healthbench", "mt_bench")}
                        for k in probes},
+        "differences": differences,
+        "estimates": estimates,
     }  # fmt: skip
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
@@ -240,12 +252,29 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     }  # fmt: skip
     names = {"base": "SmolLM2 (base)", "sft": "collab SFT", "rl": "follow-up RL"}
     main = repro.Table(
-        caption=f"Held-out genuine follow-up rate (%, 95% Wilson interval, n turns) at T={temps}, and GSM8K accuracy",
+        caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}, and "
+                "GSM8K accuracy",
         columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
                  f"GSM8K test accuracy (n={g['limit']})"],
         rows=[[names[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
                "n/a" if acc_only[k]["accuracy"] is None else f"{100 * acc_only[k]['accuracy']:.1f}"]
               for k in probes],
+    )  # fmt: skip
+    compared = repro.Table(
+        caption="Each trained model against the base model on the same held-out contexts: the paired difference of the "
+                "genuine rate (points, 95% cluster-bootstrap interval over contexts, p); an effect is claimed only "
+                "where the interval excludes 0",
+        columns=["model", "dataset", "difference from base"],
+        rows=[[names[k], d, (differences[k]["by_dataset"].get(d) or {}).get("reading", "n/a")]
+              for k in ("sft", "rl") for d in ("healthbench", "mt_bench")],
+    )  # fmt: skip
+    floors = repro.Table(
+        caption="Raw rate, judge-corrected rate (Rogan-Gladen, from the judge's error on labelled held-out turns) and "
+                "generic floor (share still judged genuine after the context's answer is swapped for another "
+                "context's), %, 95% intervals",
+        columns=["model", "dataset", "raw", "corrected", "generic floor"],
+        rows=[[names[k], d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")), repro.interval_cell(e.get("generic_floor"))]
+              for k, by in estimates.items() for d, e in by.items()],
     )  # fmt: skip
     t = f"t{float(p['temperatures'][0])}"
     label_names = sorted({lab for v in probes.values() for d in ("healthbench", "mt_bench")
@@ -279,16 +308,18 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                " ".join(r["user_turn"].split())[:240], r["label"]] for r in _shown_turns(out / "probe_rl")],
     )  # fmt: skip
     data = sft_eval.get("data") or {}
-    d_sft = _pct(hb["sft"]) - _pct(hb["base"]) if hb["sft"] and hb["base"] else None
-    d_rl = _pct(hb["rl"]) - _pct(hb["base"]) if hb["rl"] and hb["base"] else None
+    d_sft = differences["sft"]["by_dataset"].get("healthbench") or {}
+    d_rl = differences["rl"]["by_dataset"].get("healthbench") or {}
     targets = [
-        repro.Target("collab SFT gain on held-out HealthBench", ">= +15 points (paper: +17.7)",
-                      f"{d_sft:+.1f} points ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['sft'])})",
-                      d_sft is not None and d_sft >= 15),
-        repro.Target("follow-up RL above base on held-out HealthBench", "after > before, with its reward curve",
-                      f"{d_rl:+.1f} points ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['rl'])}); reward "
-                      f"{summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']} (first -> "
-                      "last quarter of steps)", d_rl is not None and d_rl > 0),
+        repro.Target("collab SFT gain on held-out HealthBench",
+                     ">= +15 points (paper: +17.7), with an interval that excludes 0",
+                     f"{d_sft.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['sft'])})",
+                     bool(d_sft) and d_sft["diff"] >= 0.15 and d_sft["detectable"]),
+        repro.Target("follow-up RL above base on held-out HealthBench",
+                     "after - before with an interval above 0, with its reward curve",
+                     f"{d_rl.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['rl'])}); "
+                     f"reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']} "
+                     "(first -> last quarter of steps)", bool(d_rl) and d_rl["low"] > 0),
     ]  # fmt: skip
     text = [
         (f"Collab SFT data ({data.get('conversations')} conversations, loss on the user turns after an answer): "
@@ -303,10 +334,11 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"{_share(judge['human_genuine_rate'])}). The SFT data it kept, and the RL reward it gives, teach "
          "what it recognises: the after-training rates measure movement toward that judge's notion of a follow-up, "
          "read against the 20 turns shown and the label table, not a human-rated rate."),
-        (f"Intervals are Wilson intervals over turns; the {p['samples']} turns per context are not independent, so "
-         f"with {n_hb} HealthBench contexts the real uncertainty is wider than printed. The held-out contexts end with "
-         "the base model's own greedy answer, written once and copied into every probe (same contexts, same judge, "
-         "same seeds for all three models); GSM8K accuracy is each model's own greedy answer."),
+        (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
+         f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
+         "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "
+         "copied into every probe (same contexts, same judge, same seeds for all three models); none of them is in "
+         "the judge's fit. GSM8K accuracy is each model's own greedy answer on test items outside the judge's fit."),
     ]  # fmt: skip
     for k in ("sft", "rl"):
         st = summary["turn_stats"][k]["healthbench"]
@@ -318,5 +350,6 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                 "mostly the model learning to ask such a question under the user header, not to build on what the "
                 "answer said; the generic template follow-ups in the SFT data are where it comes from."
             )
-    return repro.Section(summary=summary, about=about, tables=[main, labels, stats, reward, shown], text=text,
+    return repro.Section(summary=summary, about=about, tables=[main, compared, floors, labels, stats, reward, shown],
+                         text=text,
                           targets=targets)  # fmt: skip

@@ -1,9 +1,13 @@
 """Part 1, the user-turn probe (the probe paper's Tables 1, 4 and 6) on SmolLM2-135M-Instruct.
 
-Contexts: the first `limit` items of GSM8K test, MT-Bench (first user turns), HealthBench and IFEval, each answered
+Contexts: the first `limit` items outside the judge's fit (`fic probe --outside-judge-fit`: nothing reported here
+was used to fit the judge) of GSM8K test, MT-Bench (first user turns), HealthBench and IFEval, each answered
 greedily by SmolLM2 itself. The probe appends the bare user header and samples the next user turn at each
 temperature; the controls (truncate the answer, append a generic question) run at the lowest and the highest
-temperature, with % changed against the unperturbed turn of the same seed. Every turn is judged by the validated
+temperature, with % changed against the unperturbed turn of the same seed beside its seed floor (the unperturbed
+context sampled with another seed). Every comparison (T=1 against greedy, each control against none) is a paired,
+item-clustered difference with its interval; the rates carry item-clustered intervals, the judge-corrected rate and
+the generic floor (`fic.followup_summary`). Every turn is judged by the validated
 `learned` judge. Two `fic probe` runs share one folder: the temperature sweep, then the controls (a rerun extends
 a probe folder with new temperatures and perturbations and skips what is done).
 """
@@ -25,6 +29,7 @@ SETTINGS = {
         "healthbench": "healthbench/oss_eval_first30.jsonl", "ifeval": "ifeval/input_data.jsonl",
     },
     "limit": 30,
+    "items": "the first `limit` items of each dataset outside the judge's fit (fic probe --outside-judge-fit)",
     "samples": 1,
     "temperatures": [0.0, 0.3, 0.7, 1.0],
     "control_temperatures": [0.0, 1.0],
@@ -47,7 +52,7 @@ def _probe(out: Path, temperatures: list[float], perturbations: list[str]) -> No
         "probe", "--model", s["model"], "--datasets", specs, "--limit", s["limit"], "--samples", s["samples"],
         "--temperatures", ",".join(map(str, temperatures)), "--perturbations", ",".join(perturbations),
         "--max-new-tokens", s["max_new_tokens"], "--response-tokens", s["response_tokens"], "--judge", s["judge"],
-        "--seed", s["seed"], *BATCHING, "--out", out / "probe",
+        "--seed", s["seed"], "--outside-judge-fit", *BATCHING, "--out", out / "probe",
     ], out / "logs" / "probe.log")  # fmt: skip
 
 
@@ -77,9 +82,13 @@ def run(out: Path) -> Section:
             for p, by in changed.items()
         }  # fmt: skip
         details["labels"][d] = _label_shares(rates.get(d, {}))
+    rows = repro.read_jsonl(out / "probe" / "samples.jsonl")
+    differences = _differences(rows, datasets)
+    summary["differences"] = differences
+    details["estimates"] = {d: repro.estimate(probe["by_dataset"].get(d)) for d in datasets}
 
     sweep = Table(
-        "Table 1: genuine follow-up rate (%, 95% Wilson interval, n turns) by temperature; no perturbation",
+        "Table 1: genuine follow-up rate (%, 95% interval clustered by item, n turns) by temperature; no perturbation",
         ["dataset", *[f"T={t}" for t in s["temperatures"]], "answer accuracy"],
         [[d, *[repro.rate_cell(rates.get(d, {}).get(temperature_key(t), {}).get("none")) for t in s["temperatures"]],
           _accuracy(probe["accuracy"].get(d))] for d in datasets],
@@ -89,14 +98,39 @@ def run(out: Path) -> Section:
         for t in s["control_temperatures"]:
             cells = rates.get(d, {}).get(temperature_key(t), {})
             row = [d, str(t), repro.rate_cell(cells.get("none"))]
-            for p in CONTROLS:
+            for p in (*CONTROLS, "reseed"):
                 c = changed.get(p, {}).get(f"{d}@{temperature_key(t)}")
-                row += [repro.rate_cell(cells.get(p)), f"{100 * c['changed']:.0f}" if c else "n/a"]
+                row += (
+                    [f"{100 * c['changed']:.0f}" if c else "n/a"]
+                    if p == "reseed"
+                    else [
+                        repro.rate_cell(cells.get(p)),
+                        f"{100 * c['changed']:.0f}" if c else "n/a",
+                        differences[d]["controls"].get(f"{p}@{t}", {}).get("reading", "n/a"),
+                    ]
+                )
             control_rows.append(row)
     controls = Table(
-        "Table 4: controls: genuine rate under each perturbation and % of turns that changed against the "
-        "unperturbed turn of the same seed",
-        ["dataset", "T", "none", "truncate", "% changed", "appended question", "% changed"], control_rows,
+        "Table 4: controls: genuine rate under each perturbation, its paired difference from none, and % of turns "
+        "that changed against the unperturbed turn of the same seed, beside the seed floor (the same context "
+        "sampled with another seed changes that share of turns by itself)",
+        ["dataset", "T", "none", "truncate", "% changed", "truncate - none", "appended question", "% changed",
+         "question - none", "seed floor: % changed"], control_rows,
+    )  # fmt: skip
+    estimates = Table(
+        "Estimates per dataset, pooled over every turn of the part: raw (item-clustered), judge-corrected "
+        "(Rogan-Gladen) and the generic floor (share still judged genuine after the answer is swapped for another "
+        "item's), % with 95% intervals",
+        ["dataset", "raw", "corrected", "generic floor", "turns", "items"],
+        [[d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")), repro.interval_cell(e.get("generic_floor")),
+          (e.get("raw") or {}).get("n"), (e.get("raw") or {}).get("n_items")]
+         for d, e in details["estimates"].items()],
+    )  # fmt: skip
+    hot = s["temperatures"][-1]
+    temperature_effect = Table(
+        f"T={hot} against greedy: the paired difference of the unperturbed rate (points, 95% cluster-bootstrap "
+        "interval, p); an effect is claimed only where the interval excludes 0",
+        ["dataset", f"T={hot} - T=0"], [[d, differences[d]["temperature"].get("reading", "n/a")] for d in datasets],
     )  # fmt: skip
     labels = sorted({label for d in datasets for label in details["labels"][d]})
     modes = Table(
@@ -107,10 +141,18 @@ def run(out: Path) -> Section:
     hottest = [
         rates.get(d, {}).get(temperature_key(s["temperatures"][-1]), {}).get("none", {}).get("rate") for d in datasets
     ]
+    detectable = [d for d in datasets if differences[d]["temperature"].get("detectable")]
     text = [
-        f"Judge: {repro.judge_line(judge)}. That judge under-calls genuine turns (it calls "
-        "fewer turns genuine than careful readers do, with few false positives), so the rates here are lower "
-        "bounds more than estimates.",
+        f"Judge: {repro.judge_line(judge)}. None of the items here is in its fit. It calls fewer turns genuine than "
+        "careful readers do, with few false positives; the corrected rates undo that under the stated assumption "
+        f"({probe['assumption']}), with intervals that carry the judge's own uncertainty.",
+        f"T={hot} against greedy: "
+        + (
+            "; ".join(f"{d} {differences[d]['temperature']['reading']}" for d in detectable)
+            if detectable
+            else "no detectable effect on any dataset at this size"
+        )
+        + ".",
         "Reference points of the probe paper: greedy follow-up near 0% for most models, up to ~22% at T=1.0, and "
         "task accuracy does not predict it. Here: greedy "
         + ", ".join(f"{d} {_pct(g)}" for d, g in zip(datasets, greedy))
@@ -118,7 +160,8 @@ def run(out: Path) -> Section:
         + ", ".join(f"{d} {_pct(h)}" for d, h in zip(datasets, hottest))
         + ".",
         f"At T=0 with one sample per item the n of each cell is the number of items ({s['limit']} per dataset "
-        "unless the data has fewer); the intervals are wide at this size.",
+        "unless the data has fewer); the intervals are wide at this size, and every interval is clustered by item "
+        "(the temperatures and controls of one item share its conversation).",
     ]
     return Section(
         summary=summary,
@@ -126,13 +169,14 @@ def run(out: Path) -> Section:
         about={
             "model": "SmolLM2-135M-Instruct (`smollm2`), fp32, CPU; answers greedy, "
             f"{s['response_tokens']} tokens; user turns {s['max_new_tokens']} tokens",
-            "data": f"first {s['limit']} items of " + ", ".join(f"`{p}`" for p in s["datasets"].values()),
+            "data": f"first {s['limit']} items outside the judge's fit of "
+            + ", ".join(f"`{p}`" for p in s["datasets"].values()),
             "sizes": f"{s['samples']} user turn per item, temperature and control; temperatures "
             f"{s['temperatures']}; controls at {s['control_temperatures']}",
             "seeds": str(s["seed"]),
             "judge": repro.judge_line(judge),
         },
-        tables=[sweep, controls, modes],
+        tables=[sweep, temperature_effect, controls, estimates, modes],
         text=text,
         targets=[
             Target(
@@ -143,6 +187,30 @@ def run(out: Path) -> Section:
             )
         ],  # fmt: skip
     )
+
+
+def _differences(rows: list[dict], datasets: list[str]) -> dict:
+    """Per dataset: T=max against T=0 (unperturbed) and each control against none at its temperature, each a paired,
+    item-clustered difference (`fic.followup_summary.compare`)."""
+    from fic.followup_summary import compare
+
+    def pick(d: str, t: float, p: str) -> list[dict]:
+        return [
+            r for r in rows if r["dataset"] == d and float(r["temperature"]) == float(t) and r["perturbation"] == p
+        ]
+
+    hot = SETTINGS["temperatures"][-1]
+    out = {}
+    for d in datasets:
+        out[d] = {"temperature": _diff(compare(pick(d, 0.0, "none"), pick(d, hot, "none"))["overall"]),
+                  "controls": {f"{p}@{t}": _diff(compare(pick(d, t, "none"), pick(d, t, p))["overall"])
+                               for t in SETTINGS["control_temperatures"] for p in CONTROLS}}  # fmt: skip
+    return out
+
+
+def _diff(cell: dict | None) -> dict:
+    """`{diff, low, high, p, detectable, reading}` kept of a comparison (empty when nothing was paired)."""
+    return {k: cell[k] for k in ("diff", "low", "high", "p", "n_items", "detectable", "reading")} if cell else {}
 
 
 def _label_shares(by_temp: dict) -> dict[str, float]:

@@ -134,6 +134,10 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def judge_version() -> str:
     """`JUDGE`'s version (its rules and fitted classifier). The judged parts carry it in their settings, so a part
     folder judged by an earlier classifier is refused (rerun it with `--redo PART`) instead of reused."""
@@ -161,14 +165,29 @@ def judge_line(judge: dict) -> str:
 
 
 def rate_cell(cell: dict | None) -> str:
-    """`12.5 [5.0, 20.1] n=40` (percent, 95% Wilson interval) from a `fic.metrics.genuine_rate` dict."""
+    """`12.5 [5.0, 20.1] n=40` (percent, 95% interval) from a rate dict (`fic.followup_summary.raw_rate`)."""
     if not cell or cell.get("rate") is None:
         return "n/a"
     return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}] n={cell['n']}"
 
 
+def interval_cell(cell: dict | None) -> str:
+    """`12.5 [5.0, 20.1]` (percent, 95% interval), or n/a."""
+    if not cell or cell.get("rate") is None:
+        return "n/a"
+    return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}]"
+
+
+def estimate(est: dict | None) -> dict:
+    """What summary.json keeps of one `by_dataset` estimate: raw, corrected (with its note) and generic floor."""
+    if not est:
+        return {}
+    return {"raw": rate_only(est["raw"]), "corrected": est.get("corrected"),
+            "corrected_note": est.get("corrected_note"), "generic_floor": rate_only(est.get("generic_floor"))}  # fmt: skip
+
+
 def rate_only(cell: dict | None) -> dict | None:
-    """The `{rate, low, high, n}` that summary.json keeps of a genuine-rate dict."""
+    """The `{rate, low, high, n, n_items}` that summary.json keeps of a genuine-rate dict."""
     if not cell:
         return None
-    return {k: cell.get(k) for k in ("rate", "low", "high", "n")}
+    return {k: cell.get(k) for k in ("rate", "low", "high", "n", "n_items") if k in cell}

@@ -113,21 +113,28 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
         commands.append(args)
         (tmp_path / "probe").mkdir(exist_ok=True)
         (tmp_path / "probe" / "summary.json").write_text(json.dumps(summary))
+        (tmp_path / "probe" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     monkeypatch.setattr(repro, "fic", fake_fic)
     monkeypatch.setattr(repro, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v", "n": 180,
                         "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
     section = part.run(tmp_path)
     assert [a[a.index("--perturbations") + 1] for a in commands] == ["none", "none,truncate,question"]
+    assert all("--outside-judge-fit" in a for a in commands)  # nothing reported was in the judge's fit
     cell = section.summary["gsm8k"]["1.0"]["none"]
-    assert cell["rate"] == 0.25 and cell["n"] == 4 and set(cell) == {"rate", "low", "high", "n"}
+    assert cell["rate"] == 0.25 and cell["n"] == 4 and set(cell) == {"rate", "low", "high", "n", "n_items"}
+    # item 0 is genuine at every temperature and only unperturbed: T=1 - T=0 is 0, each control - none is -25 points
+    diffs = section.summary["differences"]["gsm8k"]
+    assert diffs["temperature"]["diff"] == 0 and not diffs["temperature"]["detectable"]
+    assert diffs["controls"]["truncate@1.0"]["diff"] == -0.25
     assert set(section.summary["ifeval"]["0.0"]) == {"none", "truncate", "question"}
     assert section.extra["probe_details"]["labels"]["mt_bench"] == {
         "genuine_followup": 0.25,
         "previous_turn_restate": 0.75,
     }
     assert section.extra["probe_details"]["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
-    table1, table4, table6 = section.tables
+    table1, temperature, table4, estimates, table6 = section.tables
     assert table1.rows[0][1].startswith("25.0 [") and table1.rows[0][-1] == "25.0% of 4"
     assert table4.rows[0][:2] == ["gsm8k", "0.0"] and table4.rows[0][4] == "100"
+    assert "no detectable change" in temperature.rows[0][1] and estimates.rows[0][0] == "gsm8k"
     assert table6.columns == ["dataset", "genuine_followup", "previous_turn_restate"]

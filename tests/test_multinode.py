@@ -9,8 +9,9 @@ address and a free port, one process per node (`accelerate_configs/multinode_cpu
   `checkpoint-2` together and exit 0, and a relaunch with `resume_from_checkpoint=auto` continues from it to the end
   with the losses of a run that was never stopped.
 
-What this exercises: torchrun's multi-node path (`--nnodes 2 --node_rank R`, static rendezvous at
-main_process_ip:port hosted by node 0) over loopback TCP with gloo. Not exercised: separate machines, NCCL, GPUs.
+What this exercises: torchrun's multi-node path (`--nnodes 2 --node_rank R`) with a static rendezvous at
+main_process_ip:port hosted by node 0, and (collab SFT) the c10d rendezvous the SLURM template uses, over loopback TCP
+with gloo. Not exercised: separate machines, NCCL, GPUs, DeepSpeed / FSDP across nodes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from test_multiprocess import (
+    ROOT,
     VASD,
     conversations,
     gsm8k,
@@ -44,7 +46,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, **env) -> dict:
+def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, config: str = "multinode_cpu.yaml",
+                     **env) -> dict:  # fmt: skip
     """Run train.py args through the test entry as two one-process nodes; the per-rank records."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
@@ -52,7 +55,7 @@ def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, **env) ->
     for node in (0, 1):
         node_args = ("--num_machines", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
                      "--main_process_port", port)  # fmt: skip
-        command = launch_command(out, 2, args, "multinode_cpu.yaml", node_args)
+        command = launch_command(out, 2, args, config, node_args)
         procs.append(start(command, out / f"node{node}.log", launch_env(**env)))
     started = time.time()
     results = [finish(proc, timeout) for proc in procs]
@@ -64,9 +67,10 @@ def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, **env) ->
     return records
 
 
-def assert_two_nodes_train_like_one(tmp_path: Path, args: list[str], steps: int, **env) -> None:
+def assert_two_nodes_train_like_one(tmp_path: Path, args: list[str], steps: int, config: str = "multinode_cpu.yaml",
+                                    **env) -> None:  # fmt: skip
     one = launch(tmp_path / "one", 2, args, **env)
-    two = launch_two_nodes(tmp_path / "two", args, **env)
+    two = launch_two_nodes(tmp_path / "two", args, config=config, **env)
     for rank in (0, 1):
         assert two[rank]["steps"] == one[rank]["steps"], f"rank {rank} trained on other rows on two nodes"
     for step in map(str, range(1, steps + 1)):
@@ -92,10 +96,22 @@ COLLAB = ["recipe=collab_sft_tiny", "followup_contexts=[]", "per_device_train_ba
           "logging_steps=1", "eval.enabled=false", "eval.datasets=[]", "seed=0"]  # fmt: skip
 
 
-def test_collab_sft_two_nodes_train_like_one_node(tmp_path):
+def c10d_config(tmp_path: Path) -> str:
+    """multinode_cpu.yaml with the c10d rendezvous of the SLURM template (accelerate_configs/multinode_zero3.yaml):
+    `same_network: false` makes accelerate pass torchrun a rendezvous endpoint instead of a master address."""
+    text = (ROOT / "accelerate_configs" / "multinode_cpu.yaml").read_text()
+    path = tmp_path / "multinode_cpu_c10d.yaml"
+    path.write_text(text.replace("rdzv_backend: static", "rdzv_backend: c10d").replace("same_network: true",
+                                                                                        "same_network: false"))  # fmt: skip
+    return str(path)  # absolute: launch_command's join keeps it
+
+
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
+def test_collab_sft_two_nodes_train_like_one_node(tmp_path, rendezvous):
     data = conversations(tmp_path / "data" / "conversations.jsonl")
     args = [*COLLAB, f"train_datasets=[{data}]", "max_steps=2", "save_strategy=no"]
-    assert_two_nodes_train_like_one(tmp_path, args, steps=2)
+    config = c10d_config(tmp_path) if rendezvous == "c10d" else "multinode_cpu.yaml"
+    assert_two_nodes_train_like_one(tmp_path, args, steps=2, config=config)
 
 
 def test_sigterm_to_the_second_node_saves_one_checkpoint_that_resumes(tmp_path):

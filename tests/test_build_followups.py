@@ -149,8 +149,10 @@ def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_
 def test_cli_errors_name_the_fix(tmp_path):
     with pytest.raises(DataError, match="nothing to build"):
         fu.build(parse(["--out", str(tmp_path / "o")]))
+    contexts = tmp_path / "contexts.jsonl"
+    contexts.write_text(json.dumps({"question": "Tom has 3 apples and buys 2. How many?", "answer": "#### 5"}) + "\n")
     with pytest.raises(DataError, match="--model"):
-        fu.build(parse(["--contexts", "gsm8k:x.jsonl", "--out", str(tmp_path / "o")]))
+        fu.build(parse(["--contexts", f"gsm8k:{contexts}", "--out", str(tmp_path / "o")]))
 
 
 def test_cli_is_routed_by_fic():

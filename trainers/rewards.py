@@ -14,6 +14,7 @@ import functools
 import inspect
 
 from fic import metric_names
+from fic.followup_eval import turn_cases
 from fic.judges import FAILURE_LABELS, Case
 from fic.metrics import genuine_rate
 
@@ -65,8 +66,7 @@ def _cases(completions, context, completion_ids, tokenizer, end_ids) -> list[Cas
         raise ValueError(
             "followup_reward: the dataset needs a 'context' column (the conversation ending with the answer)"
         )
-    turns = user_turns(completions, completion_ids, tokenizer, end_ids)
-    return [Case(messages=list(ctx), user_turn=turn) for ctx, turn in zip(context, turns)]
+    return turn_cases(context, user_turns(completions, completion_ids, tokenizer, end_ids))
 
 
 def followup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,

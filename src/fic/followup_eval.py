@@ -50,12 +50,18 @@ def sample_user_turns(backend, tokenizer, contexts, temperature: float, samples:
     return backend.generate(probe_prompts(tokenizer, contexts), params)
 
 
-def judge_turns(judge, contexts: list[list[dict]], turns: list[list[str]]) -> list[list]:
-    """Verdicts, shaped like `turns`, from one batched judge call."""
+def turn_cases(contexts: list[list[dict]], turns: list[str]) -> list:
+    """One judge `Case` per (context, generated user turn) pair: what every judged turn goes through (the probe, the
+    trainers' evaluations and the follow-up RL reward)."""
     from fic.judges import Case
 
-    cases = [Case(messages=context, user_turn=turn) for context, group in zip(contexts, turns) for turn in group]
-    verdicts = iter(judge.judge(cases))
+    return [Case(messages=list(context), user_turn=turn) for context, turn in zip(contexts, turns)]
+
+
+def judge_turns(judge, contexts: list[list[dict]], turns: list[list[str]]) -> list[list]:
+    """Verdicts, shaped like `turns`, from one batched judge call."""
+    pairs = [(context, turn) for context, group in zip(contexts, turns) for turn in group]
+    verdicts = iter(judge.judge(turn_cases([c for c, _ in pairs], [t for _, t in pairs])))
     return [[next(verdicts) for _ in group] for group in turns]
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fic.errors import FicError
-from fic.metrics import genuine_rate
+from fic.estimates import cluster_rate
+from fic.judges.provenance import prompt_hash
 
 from .base import Case
 from .labels import JUDGE_ERROR, LABELS
@@ -148,6 +149,7 @@ def run_judge(args: argparse.Namespace) -> int:
     streams = "progress" in inspect.signature(judge.judge).parameters
     counts: Counter = Counter()
     decisions: list[bool | None] = []
+    items: list[str] = []  # each turn's item (the hash of its prompt): turns of one item are not independent
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as out, tqdm(total=len(cases), desc=f"judge ({judge.name})") as bar:
         for start in range(0, len(cases), args.batch_size):
@@ -164,9 +166,11 @@ def run_judge(args: argparse.Namespace) -> int:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 counts[verdict.label] += 1
                 decisions.append(verdict.genuine)
+                items.append(prompt_hash(row["messages"]))
 
     judged = sum(counts.values())
-    rate = genuine_rate(decisions)
+    decided = [(bool(d), item) for d, item in zip(decisions, items) if d is not None]
+    rate = cluster_rate([d for d, _ in decided], [item for _, item in decided])
     print(
         f"judged {judged} case(s) with {judge.name} -> {output}"
         + (f" ({skipped} bad line(s) skipped)" if skipped else "")
@@ -175,8 +179,9 @@ def run_judge(args: argparse.Namespace) -> int:
         print(f"  {label:24s} {counts[label]:6d}")
     print(f"  {JUDGE_ERROR:24s} {counts[JUDGE_ERROR]:6d}  (excluded from rates)")
     if rate["n"]:
-        print(f"genuine follow-up rate: {rate['rate']:.3f} [95% CI {rate['low']:.3f}-{rate['high']:.3f}] "
-              f"({counts['genuine_followup']}/{rate['n']} decided)")  # fmt: skip
+        print(f"genuine follow-up rate (judge verdicts, not corrected): {rate['rate']:.3f} [95% CI "
+              f"{rate['low']:.3f}-{rate['high']:.3f}, clustered by item] ({counts['genuine_followup']}/{rate['n']} "
+              f"decided, {rate['n_items']} items)")  # fmt: skip
     return 0
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from fic import metric_names
+from fic.checkpoint_state import INTERRUPTED, checkpoint_problem
 from fic.jsonl import append_rows, load_done, write_json
 from fic.tracking import redact
 
@@ -46,11 +47,6 @@ def checkpoint_step(path: str | Path) -> int | None:
     """The step of a `checkpoint-N` folder, or None for any other name."""
     m = CHECKPOINT_RE.match(Path(path).name)
     return int(m.group(1)) if m else None
-
-
-def is_complete(checkpoint: Path) -> bool:
-    """The Trainer writes `trainer_state.json` last, so its presence means the checkpoint is fully saved."""
-    return (checkpoint / "trainer_state.json").is_file()
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -152,9 +148,7 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
     The returned record: {"step", "checkpoint", "metrics": {name: value}, "config", "elapsed_s", "evaluated_at"}.
     Each evaluation resumes from its own files, so an interrupted evaluation reruns only what is missing.
     """
-    if "probe" in config.evaluations and not config.datasets:
-        raise ValueError("eval.datasets: empty, but eval.evaluations includes probe; name held-out sets, e.g. "
-                         "healthbench:PATH")  # fmt: skip
+    config.check_probe_datasets()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -423,6 +417,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_samples_argument(parser, None)
     cli_args.add_limit_argument(parser, None)
     cli_args.add_judge_arguments(parser, default=None)
+    cli_args.add_judge_overlap_argument(parser)
     parser.add_argument("--backend", choices=["transformers", "vllm"], help="generation backend (default: config)")
     parser.add_argument("--dtype", help="model dtype: auto, bfloat16, float16, float32")
     parser.add_argument("--checkpoints", help="comma-separated steps or folder names to evaluate (default: all)")
@@ -445,6 +440,7 @@ def resolve_config(args: argparse.Namespace) -> EvalConfig:
         "temperatures": [float(t) for t in split(args.temperatures)] if args.temperatures else None,
         "samples": args.samples, "limit": args.limit, "judge": args.judge, "judge_base_url": args.judge_base_url,
         "judge_model": args.judge_model, "backend": args.backend,
+        "allow_judge_overlap": True if getattr(args, "allow_judge_overlap", False) else None,
     }  # fmt: skip
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["enabled"] = True
@@ -478,8 +474,15 @@ def evaluate_run(run_dir: str | Path, config: EvalConfig, only: list[str] | None
         raise ValueError(f"{run_dir}: no checkpoint-N folder; is this a training output_dir with save_steps set?")
     done, skipped = [], []
     for checkpoint in checkpoints:
-        if not is_complete(checkpoint):
-            skipped.append((checkpoint.name, "still being written (no trainer_state.json)"))
+        problem = checkpoint_problem(checkpoint)
+        if problem:
+            still = problem == INTERRUPTED
+            skipped.append(
+                (
+                    checkpoint.name,
+                    "still being written (no trainer_state.json)" if still else f"unreadable ({problem})",
+                )
+            )
             continue
         if is_evaluated(checkpoint) and not force:
             skipped.append((checkpoint.name, "already evaluated"))

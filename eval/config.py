@@ -154,7 +154,12 @@ class EvalConfig:
         bad = [t for t in self.temperatures if t < 0]
         if bad:
             raise ValueError(f"eval.temperatures: {bad} are negative; use 0 for greedy decoding")
-        if "probe" in self.evaluations and self.enabled and not self.datasets:
+        if self.enabled:
+            self.check_probe_datasets()
+
+    def check_probe_datasets(self) -> None:
+        """The one check that a probe has held-out sets to read (the config, the callback and eval-checkpoints)."""
+        if "probe" in self.evaluations and not self.datasets:
             raise ValueError(
                 "eval.datasets: empty, but eval.evaluations includes probe; name held-out sets, e.g. "
                 "eval.datasets=[healthbench:PATH] (or drop probe from eval.evaluations)"

@@ -11,6 +11,7 @@ Bad input is one line: a folder without samples, labels naming turns the run doe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -29,9 +30,14 @@ class RatesError(FicError, ValueError):
     """A folder or labels file `fic rates` cannot use; the message says why."""
 
 
+def turn_sha(text: str) -> str:
+    """12 hex digits of sha256 of a generated turn: a label carries it, so labels never attach to other text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
 def read_labels(path: Path, rows: list[dict], run_id: str | None) -> list[dict]:
     """The rows of a labels file, checked against the run: every label names a turn of `rows`, from this run."""
-    keys = {row_key(r) for r in rows}
+    keys = {row_key(r): r for r in rows}
     labels = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -48,6 +54,9 @@ def read_labels(path: Path, rows: list[dict], run_id: str | None) -> list[dict]:
         if run_id and label.get("run_id") not in (None, run_id):
             raise RatesError(f"{path} line {n}: labels of another run (run_id {label['run_id']}, this run "
                              f"{run_id}); label this run's turns with `fic review {path.parent} --sample N`")  # fmt: skip
+        if key in keys and label.get("turn_sha") not in (None, turn_sha(keys[key]["user_turn"])):
+            raise RatesError(f"{path} line {n}: the labelled turn's text differs from this run's turn {key}: labels "
+                             f"of another run; label this run's turns with `fic review {path.parent} --sample N`")  # fmt: skip
         labels.append((key, label))
     missing = [key for key, _ in labels if key not in keys]
     if missing:
@@ -83,7 +92,7 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
     excluded = {tuple(item.split(":", 1)) for item in overlap.get("items", [])}
     summary = summarize(rows, meta.get("accuracy"), validity=validity, labels=label_rows, excluded=excluded)
     summary.update(settings=meta.get("settings"), skipped_items=meta.get("skipped_items"), judge_validity=validity,
-                   judge_overlap=overlap, run_id=meta.get("run_id"))  # fmt: skip
+                   judge_overlap=overlap)  # fmt: skip
     if validity is not None and "errors" in validity:  # the error pairs are long and live in validation.json
         summary["judge_validity"] = {k: v for k, v in validity.items() if k != "errors"}
     write_json(run_dir / "summary.json", summary)

@@ -52,7 +52,7 @@ def _temp(value) -> float:
     return float(value)
 
 
-def _spread(rows: list[dict], limit: int, key) -> list[dict]:
+def spread(rows: list[dict], limit: int, key) -> list[dict]:
     """Up to `limit` rows taken round-robin across the groups of `key`, so every cell shows some samples."""
     groups: dict = defaultdict(list)
     for row in rows:
@@ -121,7 +121,7 @@ def _sample_block(row: dict, blind: bool = False) -> str:
 
 
 def _browse(rows: list[dict], group_key, group_name, block, limit: int) -> str:
-    shown = _spread(rows, limit, group_key)
+    shown = spread(rows, limit, group_key)
     groups: dict = defaultdict(list)
     for row in shown:
         groups[group_key(row)].append(row)

@@ -1,7 +1,8 @@
 """Evaluate a run's checkpoints while it trains, off the training nodes: `fic eval-checkpoints RUN_DIR --watch`.
 
-Every `--poll` seconds the watch lists `RUN_DIR/checkpoint-N`. A checkpoint is taken once it is whole (`is_complete`:
-the Trainer writes `trainer_state.json` last) and has no `eval/metrics.json` yet, and `evaluate_run` evaluates it as a
+Every `--poll` seconds the watch lists `RUN_DIR/checkpoint-N`. A checkpoint is taken once it is whole
+(`fic.checkpoint_state.is_complete`, the test `resume_from_checkpoint=auto` uses: `trainer_state.json`, which the
+Trainer writes last, and undamaged weight files) and has no `eval/metrics.json` yet, and `evaluate_run` evaluates it as a
 plain `fic eval-checkpoints` would: the same files in `checkpoint-N/eval/`, the same row in `eval/history.jsonl`, the
 same comparison, plots and report, and the same lock, so the in-training callback or a second watcher never
 evaluates it again. Settings come from `RUN_DIR/eval/config.json`, which training writes when it starts (with the
@@ -30,7 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoints import EVAL_DIR, evaluate_run, is_complete, is_evaluated, list_checkpoints, resolve_config
+from fic.checkpoint_state import is_complete
+
+from .checkpoints import EVAL_DIR, evaluate_run, is_evaluated, list_checkpoints, resolve_config
 
 logger = logging.getLogger(__name__)
 

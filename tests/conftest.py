@@ -30,3 +30,35 @@ def tiny_family(request):
     from fic.testing import tiny_model
 
     return request.param, tiny_model(request.param)
+
+
+class ScriptedChatModel:
+    """A `ChatModel` stand-in for the clarification tests: each call pops the next `(temperature, replies)` of its
+    script, checks the temperature and the number of replies asked for, and records the conversation it was given."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.calls = []
+
+    def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
+        want_t, replies = self.script.pop(0)
+        assert temperature == want_t and len(replies) == n
+        self.calls.append(conversations[0])
+        return [list(replies)]
+
+
+def real_tokenizer(shared_data: Path, stem: str):
+    """A tokenizer carrying the real chat template `shared_data/chat_templates/STEM.jinja` and its special tokens."""
+    import json
+
+    from fic.testing import build_tokenizer
+
+    folder = shared_data / "chat_templates"
+    specials = json.loads((folder / "special_tokens.json").read_text())[f"{stem}.jinja"]
+    tok = build_tokenizer("chatml")
+    tok.chat_template = (folder / f"{stem}.jinja").read_text()
+    for key, value in specials.items():
+        if value:
+            tok.add_special_tokens({key: value})
+    tok.name_or_path = stem
+    return tok

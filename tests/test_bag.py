@@ -4,23 +4,10 @@ import json
 import math
 
 import pytest
+from conftest import ScriptedChatModel
 
 import fic.eval.clarify.bag as bag
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile
-
-
-class StubModel:
-    """Scripted ChatModel: each call pops the next list of replies (checking the temperature and n)."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.calls = []
-
-    def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
-        want_t, replies = self.script.pop(0)
-        assert temperature == want_t and len(replies) == n
-        self.calls.append(conversations[0])
-        return [list(replies)]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +49,7 @@ def test_strategy_prompt_shows_the_belief_only_for_bag():
 
 
 def test_bag_step_answers_with_the_majority_when_the_text_is_empty():
-    model = StubModel([(1.0, ["Spain", "spain", "Germany", "Spain!"]), (0.0, ["STRATEGY: DIRECT_ANSWER"])])
+    model = ScriptedChatModel([(1.0, ["Spain", "spain", "Germany", "Spain!"]), (0.0, ["STRATEGY: DIRECT_ANSWER"])])
     step = bag.bag_step(model, [{"role": "user", "content": "q"}], k=4)
     assert (step.strategy, step.text) == ("DIRECT_ANSWER", "Spain")
     assert step.entropy == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
@@ -71,7 +58,9 @@ def test_bag_step_answers_with_the_majority_when_the_text_is_empty():
 @pytest.mark.parametrize("agreeing,answers", [(7, True), (6, False)])
 def test_bag_plus_threshold(agreeing, answers):
     samples = ["Spain"] * agreeing + [f"other {i}" for i in range(10 - agreeing)]
-    plus = bag.bag_plus_answer(StubModel([(1.0, samples)]), [{"role": "user", "content": "q"}], k=10, agree=0.7)
+    plus = bag.bag_plus_answer(
+        ScriptedChatModel([(1.0, samples)]), [{"role": "user", "content": "q"}], k=10, agree=0.7
+    )
     assert plus.share == pytest.approx(agreeing / 10)
     assert (plus.answer == "Spain") is answers and (plus.answer is None) is (not answers)
 
@@ -96,7 +85,7 @@ PLAIN = {
 def test_run_item_clarify_then_bag_plus():
     target = bag.item_episode(AMBIGUOUS, __import__("random").Random("bag|0|c1")).target
     right = ["Spain", "Germany"][target]
-    model = StubModel(
+    model = ScriptedChatModel(
         [
             (1.0, ["Spain", "Germany", "Spain"]),
             (0.0, ["STRATEGY: CLARIFICATION_QUESTION\nWhich year do you mean?"]),
@@ -112,7 +101,9 @@ def test_run_item_clarify_then_bag_plus():
 
 
 def test_run_item_prompt_only_answers_directly():
-    model = StubModel([(1.0, ["Shakespeare", "Marlowe"]), (0.0, ["STRATEGY: DIRECT_ANSWER\nWilliam Shakespeare"])])
+    model = ScriptedChatModel(
+        [(1.0, ["Shakespeare", "Marlowe"]), (0.0, ["STRATEGY: DIRECT_ANSWER\nWilliam Shakespeare"])]
+    )
     rec = bag.run_item(model, PLAIN, "prompt_only", k=2, seed=0)
     assert "drafted" not in model.calls[1][-1]["content"]  # no samples shown in the prompt-only baseline
     assert (

@@ -281,7 +281,7 @@ def test_config_mistakes_name_the_field():
         EvalCallback(EvalConfig(enabled=True, datasets=["x"], backend="vllm"))
     with pytest.raises(ValueError, match="eval.datasets: empty"):
         EvalConfig(enabled=True)
-    with pytest.raises(RecipeError, match="eval.datasets: empty"):
+    with pytest.raises(ValueError, match="eval.datasets: empty"):  # the one guard, in EvalConfig
         EvalCallback(EvalConfig(enabled=False))
     for kwargs, match in [({"evaluations": ["probe", "bleu"]}, "eval.evaluations: unknown"),
                           ({"judge": "llm"}, "eval.judge='llm' needs eval.judge_base_url"),
@@ -292,18 +292,22 @@ def test_config_mistakes_name_the_field():
             EvalConfig(**kwargs)
 
 
-def test_fic_callbacks_follow_the_recipe():
+def test_default_callbacks_follow_the_recipe():
     from types import SimpleNamespace
 
     from fic.eval.config import EvalConfig
-    from fic.trainers.callbacks import EvalCallback, RecipeConfigCallback, fic_callbacks
+    from fic.trainers.callbacks import EvalCallback, WatchCommandCallback
+    from fic.trainers.common import default_callbacks
+    from fic.trainers.preemption import PreemptionCallback
 
     recipe = SimpleNamespace(raw={"api_key": "sk-abcdefghijk", "eval": {"enabled": True}}, name="demo")
-    off = fic_callbacks(SimpleNamespace(recipe=recipe, eval=EvalConfig(), tokenizer=None))
-    assert [type(c) for c in off] == [RecipeConfigCallback]
-    assert off[0].values["recipe"]["api_key"] == "<redacted>"
-    on = fic_callbacks(SimpleNamespace(recipe=recipe, eval=EvalConfig(enabled=True, datasets=["x"]), tokenizer=None))
-    assert [type(c) for c in on] == [RecipeConfigCallback, EvalCallback]
+    off = default_callbacks(SimpleNamespace(recipe=recipe, eval=EvalConfig(), tokenizer=None))
+    assert [type(c) for c in off] == [PreemptionCallback, WatchCommandCallback]
+    on = default_callbacks(
+        SimpleNamespace(recipe=recipe, eval=EvalConfig(enabled=True, datasets=["x"]), tokenizer=None)
+    )
+    assert [type(c) for c in on] == [PreemptionCallback, EvalCallback]
+    assert on[1].recipe_config.values["recipe"]["api_key"] == "<redacted>"
 
 
 @pytest.mark.slow

@@ -1,8 +1,7 @@
 """Role-header prefixes, turn ends and views, on the tiny template families and on ten real chat templates."""
 
-import json
-
 import pytest
+from conftest import real_tokenizer
 from transformers import AutoTokenizer
 
 from fic import chat
@@ -107,18 +106,6 @@ REAL = {
     "openai--gpt-oss-20b": ("<|start|>user<|message|>", ["<|end|>", "<|return|>"]),
     "zai-org--GLM-4.7-Flash": ("<|user|>", ["<|assistant|>", "<|endoftext|>"]),
 }
-
-
-def real_tokenizer(shared_data, stem):
-    folder = shared_data / "chat_templates"
-    specials = json.loads((folder / "special_tokens.json").read_text())[f"{stem}.jinja"]
-    tok = build_tokenizer("chatml")
-    tok.chat_template = (folder / f"{stem}.jinja").read_text()
-    for key, value in specials.items():
-        if value:
-            tok.add_special_tokens({key: value})
-    tok.name_or_path = stem
-    return tok
 
 
 @pytest.mark.parametrize("stem", sorted(REAL))

@@ -1,8 +1,7 @@
 """Turn masks from the chat template, checked token by token on every tiny family and on the real templates."""
 
-import json
-
 import pytest
+from conftest import real_tokenizer
 from transformers import AutoTokenizer
 
 from fic.chat import ChatTemplateError, render
@@ -100,17 +99,6 @@ def test_template_trims_content(tiny_family):
     trained = tok.decode([i for i, label in zip(ids, labels) if label != IGNORE_INDEX])
     written = "Why 36?" if family != "chatml" else "  Why 36?\n"
     assert trained == written + TINY_ENDS[family]
-
-
-def real_tokenizer(shared_data, stem):
-    folder = shared_data / "chat_templates"
-    specials = json.loads((folder / "special_tokens.json").read_text())[f"{stem}.jinja"]
-    tok = build_tokenizer("chatml")
-    tok.chat_template = (folder / f"{stem}.jinja").read_text()
-    for key, value in specials.items():
-        if value:
-            tok.add_special_tokens({key: value})
-    return tok
 
 
 @pytest.mark.parametrize("stem", sorted(REAL_ENDS))

@@ -208,7 +208,7 @@ def test_review_sample_is_stratified_blind_and_feeds_fic_rates(probed):
     assert state["estimate"]["calibrated"]["width"] <= state["estimate"]["labels_only"]["width"] + 1e-12
     labels = [json.loads(x) for x in (probed / "labels.jsonl").read_text().splitlines()]
     assert len(labels) == 30 and {"dataset", "item_id", "temperature", "perturbation", "sample", "genuine",
-                                  "run_id"} <= set(labels[0])  # fmt: skip
+                                  "run_id", "turn_sha"} <= set(labels[0])  # fmt: skip
 
     summary = write_rates(probed, report=False)
     calibrated = summary["overall"]["calibrated"]
@@ -229,6 +229,9 @@ def test_fic_rates_refuses_bad_labels_in_one_line(probed, tmp_path, capsys):
     assert "1 of 1 labels name turns this run does not have" in capsys.readouterr().err
     bad.write_text(json.dumps({**key, "genuine": True, "run_id": "another-run"}) + "\n")
     with pytest.raises(RatesError, match="labels of another run"):
+        write_rates(probed, labels=bad)
+    bad.write_text(json.dumps({**key, "genuine": True, "turn_sha": "0123456789ab"}) + "\n")
+    with pytest.raises(RatesError, match="text differs from this run's turn"):
         write_rates(probed, labels=bad)
     bad.write_text(json.dumps({**key, "genuine": "yes"}) + "\n")
     with pytest.raises(RatesError, match="genuine must be true or false"):

@@ -16,6 +16,7 @@ import math
 import random
 
 import pytest
+from conftest import ScriptedChatModel
 
 from fic.eval.clarify.ambigqa import AmbigQAScenario
 from fic.eval.clarify.episode import run_episode
@@ -165,7 +166,7 @@ def test_repeated_question_is_ineffective():
 
 def test_out_of_turns_is_unresolved():
     # a model that keeps asking: after max_turns questions the episode ends unresolved
-    model = StubModel([(0.0, ["Which brand?"]), (0.0, ["What price range?"]), (0.0, ["Gamma Four, right?"])])
+    model = ScriptedChatModel([(0.0, ["Which brand?"]), (0.0, ["What price range?"]), (0.0, ["Gamma Four, right?"])])
     rec = play(ModelPolicy(model), phones(target=3), max_turns=2)
     assert rec["final"]["act"] == "out_of_turns" and not rec["resolved"] and rec["value"] == pytest.approx(-0.2)
     assert rec["turns"] == 2 and rec["stopping"] == {"answer_early": False, "ask_late": 1}
@@ -194,22 +195,8 @@ def test_reference_on_ambigqa():
     assert rec["turns"] == 0 and not rec["resolved"]
 
 
-class StubModel:
-    """Scripted ChatModel: each call pops the next list of replies (checking the temperature)."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.calls = []
-
-    def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
-        want_t, replies = self.script.pop(0)
-        assert temperature == want_t and len(replies) == n
-        self.calls.append(conversations[0])
-        return [list(replies)]
-
-
 def test_model_policy_asks_then_answers():
-    model = StubModel([(0.0, ["Which brand do you like?"]), (0.0, ["I recommend the Gamma Four."])])
+    model = ScriptedChatModel([(0.0, ["Which brand do you like?"]), (0.0, ["I recommend the Gamma Four."])])
     rec = play(ModelPolicy(model), phones(target=3))
     assert rec["questions"][0]["reply"] == "I'd like something from Ypsi."
     assert rec["resolved"] and rec["turns"] == 1 and rec["value"] == pytest.approx(0.9)
@@ -220,7 +207,7 @@ def test_model_policy_asks_then_answers():
 
 def test_bag_policy_clarifies_then_bag_plus_answers():
     first = ["Gamma Four", "Alpha One", "Gamma Three", "Alpha Two", "the Gamma Four"]
-    model = StubModel(
+    model = ScriptedChatModel(
         [
             (1.0, first),
             (0.0, ["STRATEGY: CLARIFICATION_QUESTION\nWhat price range are you thinking of?"]),
@@ -238,7 +225,7 @@ def test_bag_policy_clarifies_then_bag_plus_answers():
 
 
 def test_bag_plus_abstains_without_agreement():
-    model = StubModel(
+    model = ScriptedChatModel(
         [
             (1.0, ["a", "b", "c"]),
             (0.0, ["STRATEGY: clarify\nWhich brand?"]),

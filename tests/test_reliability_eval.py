@@ -130,13 +130,14 @@ def tiny():
 def test_fic_probe_killed_midway_resumes_to_the_uninterrupted_samples(tiny, shared_data, tmp_path):
     gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
     argv = ["probe", "--model", tiny, "--datasets", gsm8k, "--limit", "4", "--temperatures", "0,1", "--samples", "2",
-            "--perturbations", "none,truncate,question", "--response-tokens", "16", "--max-new-tokens", "12"]  # fmt: skip
+            "--perturbations", "none,truncate,question", "--response-tokens", "16", "--max-new-tokens", "12",
+            "--judge", "heuristic"]  # fmt: skip
     a, b, had = killed_and_resumed(tmp_path, argv, "samples.jsonl", kill_at=8)
 
     def key(r):
         return (r["dataset"], r["item_id"], r["temperature"], r["perturbation"], r["sample"])
 
-    assert_same_rows(a, b, "samples.jsonl", key, expected=4 * 2 * 3 * 2, had=had)
+    assert_same_rows(a, b, "samples.jsonl", key, expected=4 * 2 * 4 * 2, had=had)  # 3 perturbations + reseed
     assert rows(a / "responses.jsonl") == rows(b / "responses.jsonl")
     assert (b / "report.html").is_file()
 

@@ -52,16 +52,53 @@ def test_smollm2_is_a_real_chatml_llama_folder(smollm2):
     assert prefix.endswith("<|im_end|>\n<|im_start|>user\n")
 
 
-def test_fic_probe_on_smollm2(shared_data, tmp_path):
+def test_fic_probe_review_and_rates_on_smollm2(shared_data, tmp_path):
+    """The measurement loop on a real model, on items outside the judge's fit: probe, label a blind sample through the
+    review app's API, and `fic rates` adds the calibrated estimate; GSM8K's first item is refused (in the fit)."""
+    from test_review import request
+
+    from fic.eval.review import server as review_server
+
+    gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
+    refused = subprocess.run([str(BIN / "fic"), "probe", "--model", "smollm2", "--datasets", gsm8k, "--limit", "2",
+                              "--judge", "learned", "--out", str(tmp_path / "refused")],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    assert refused.returncode == 1 and "in the judge's fit" in refused.stderr.strip().splitlines()[-1]
     out = tmp_path / "probe"
-    _fic("probe", "--model", "smollm2", "--datasets", f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}", "--limit",
-         "2", "--temperatures", "0,1.0", "--samples", "2", "--perturbations", "none,truncate,question", "--out",
+    _fic("probe", "--model", "smollm2", "--datasets", f"ifbench:{shared_data / 'ifbench' / 'IFBench_test.jsonl'}",
+         "--limit", "3", "--temperatures", "0,1.0", "--samples", "2", "--perturbations", "none,truncate", "--out",
          str(out), "--judge", "learned", "--response-tokens", "48", "--max-new-tokens", "24")  # fmt: skip
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 2 * 2 * 3
+    assert len(rows) == 3 * 2 * 3 * 2  # items x temperatures x (none, truncate, reseed) x samples
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["genuine_rate"]["gsm8k"]) == {"t0.0", "t1.0"} or len(summary["genuine_rate"]["gsm8k"]) == 2
-    assert summary["judge_validity"]["measured"] and (out / "report.html").is_file()
+    overall = summary["overall"]
+    assert overall["raw"]["n_items"] == 3 and overall["generic_floor"]["n"] == len(rows)
+    assert summary["judge_overlap"]["n_overlap"] == 0 and summary["judge_validity"]["measured"]
+    assert overall["corrected"] is not None or overall["corrected_note"]
+
+    server = review_server.make_server(out, port=0, sample=8, seed=0)
+    import threading
+
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        for i in range(8):
+            item = json.loads(request(port, "GET", f"/api/item?i={i}")[2])
+            genuine = i == 0  # a reader's call; what matters here is that it flows into the estimate
+            body = {
+                "id": item["id"],
+                "label": "genuine_followup" if genuine else "malformed_artifact",
+                "genuine": genuine,
+            }
+            assert request(port, "POST", "/api/annotate", body)[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    result = _fic("rates", str(out))
+    assert "(8 labels)" in result.stdout
+    calibrated = json.loads((out / "summary.json").read_text())["overall"]["calibrated"]
+    assert calibrated["n_labels"] == 8 and 0.0 <= calibrated["low"] <= calibrated["rate"] <= calibrated["high"]
+    assert (out / "report.html").is_file()
 
 
 def _free_port() -> int:
@@ -104,7 +141,7 @@ def test_probe_and_llm_judge_against_transformers_serve(served, shared_data, tmp
     out = tmp_path / "probe"
     _fic("probe", "--base-url", base_url, "--model", model, "--tokenizer", "smollm2", "--datasets",
          f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}", "--limit", "2", "--temperatures", "0", "--perturbations",
-         "none", "--response-tokens", "48", "--max-new-tokens", "24", "--out", str(out))  # fmt: skip
+         "none", "--response-tokens", "48", "--max-new-tokens", "24", "--judge", "heuristic", "--out", str(out))  # fmt: skip
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(isinstance(r["user_turn"], str) for r in rows)
     judged = tmp_path / "judged"

@@ -102,9 +102,9 @@ def _tokenizer_of(processing_class):
 
 def sample_table_rows(samples: list[dict], limit: int, step: int) -> list[list]:
     """Up to `limit` probe rows, spread over (dataset, temperature, control) cells, as wandb table rows."""
-    from fic.eval.report import _spread
+    from fic.eval.report import spread
 
-    picked = _spread(samples, limit, lambda r: (r["dataset"], float(r["temperature"]), r.get("perturbation", "none")))
+    picked = spread(samples, limit, lambda r: (r["dataset"], float(r["temperature"]), r.get("perturbation", "none")))
     rows = []
     for r in picked:
         context = r.get("messages") or []
@@ -159,11 +159,7 @@ class EvalCallback(TrainerCallback):
                 "transformers. Use eval.backend=transformers, or set eval.enabled=false and run "
                 f"`fic eval-checkpoints OUTPUT_DIR --backend {config.backend}` on the saved checkpoints."
             )
-        if "probe" in config.evaluations and not config.datasets:
-            from fic.recipe import RecipeError
-
-            raise RecipeError("eval.datasets: empty, but eval.evaluations includes probe; name held-out sets, e.g. "
-                              "eval.datasets=[healthbench:PATH]")  # fmt: skip
+        config.check_probe_datasets()
         self.config = config
         self.tokenizer = tokenizer
         self.recipe_config = RecipeConfigCallback(recipe.raw, recipe.name) if recipe is not None else None
@@ -255,12 +251,3 @@ class EvalCallback(TrainerCallback):
             rows = sample_table_rows(load_done(samples_path), self.config.log_samples, step)
             logs["probe/samples"] = wandb.Table(columns=SAMPLE_COLUMNS, data=rows)
         run.log(logs)
-
-
-def fic_callbacks(run) -> list[TrainerCallback]:
-    """The callbacks a fic trainer adds for `run` (a `fic.trainers.common.Run`): the recipe config for wandb, and
-    the checkpoint evaluation when the recipe's `eval.enabled` is true."""
-    callbacks: list[TrainerCallback] = [RecipeConfigCallback(run.recipe.raw, run.recipe.name)]
-    if run.eval is not None and run.eval.enabled:
-        callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer))
-    return callbacks

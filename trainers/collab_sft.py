@@ -26,6 +26,14 @@ from fic.judges import JUDGE_KINDS, JudgeKind
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
+from fic.trainers.heldout import (
+    check_heldout_judge,
+    eval_judge,
+    evaluate_followups,
+    heldout_contexts,
+    heldout_records,
+    load_training_records,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -150,86 +158,6 @@ def _drop_cut_conversations(dataset, args, dataset_name):
         "and are dropped", dataset_name, sum(long), max_length, args.truncation_mode, sum(untrained),
     )  # fmt: skip
     return dataset.select([i for i, drop in enumerate(untrained) if not drop])
-
-
-def local_backend(model, tokenizer):
-    """A transformers backend on the in-memory model, on the GPU when there is one (prepare() loads on CPU)."""
-    import torch
-
-    from fic.generation import HFBackend
-
-    return HFBackend(model, tokenizer, device="cuda" if torch.cuda.is_available() else None)
-
-
-def heldout_records(eval_config) -> list:
-    """The held-out items of the `eval:` block's datasets (`eval.limit` each); every rank reads them, so every rank
-    drops the same overlapping training conversations."""
-    from fic.data.followups import load_records
-
-    return load_records(eval_config.datasets, eval_config.limit) if eval_config.datasets else []
-
-
-def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> list[dict]:
-    """Held-out contexts: the held-out items with the answers `eval.responses` names: `data` (the data's) or `model`
-    (the base model's greedy answer within `eval.response_tokens`, generated once so before and after share them)."""
-    from fic.data.followups import contexts_from_records
-
-    if not records:
-        return []
-    from fic.distributed import map_across_ranks
-
-    answers = eval_config.responses
-    backend = local_backend(model, tokenizer) if answers == "model" else None
-    # Each rank answers its share of the items (every rank gets every context): once, not once per rank.
-    return map_across_ranks(
-        lambda share: contexts_from_records(share, answers, backend, tokenizer, eval_config.response_tokens), records
-    )
-
-
-def eval_judge(eval_config):
-    from fic.judges import make_judge
-
-    return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
-
-
-def check_heldout_judge(records: list, eval_config, judge) -> dict:
-    """The held-out items against the judge's fit: refused in one line unless `eval.allow_judge_overlap`."""
-    from fic.judges.provenance import check_overlap
-
-    items = [(r.source, r.id, r.messages) for r in records]
-    return check_overlap(judge, items, eval_config.allow_judge_overlap, "eval.allow_judge_overlap=true")
-
-
-def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge, split: bool = True) -> dict:
-    """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says.
-
-    `split`: every rank calls this and samples and judges its share of the contexts (the evaluation before training:
-    no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
-    from fic.distributed import map_across_ranks
-    from fic.followup_eval import genuine_followup_rate
-    from fic.judges.validity import judge_validity
-
-    return genuine_followup_rate(
-        local_backend(model, tokenizer),
-        tokenizer,
-        [c["messages"] for c in contexts],
-        judge,
-        temperatures=eval_config.temperatures,
-        samples=eval_config.samples,
-        max_new_tokens=eval_config.max_new_tokens,
-        seed=eval_config.seed,
-        map_fn=map_across_ranks if split else None,
-        meta=[{"dataset": c["source"], "item_id": c["id"]} for c in contexts],
-        validity=judge_validity(judge),
-    )
-
-
-def load_training_records(field: str, specs: list[str], limit: int | None, allow_test: bool = False) -> list:
-    """Records of training datasets: a bare hub name reads its train split, a test split is refused
-    (`fic.data.splits`)."""
-    from fic.data.splits import load_training
-
-    return [record for spec in specs for record in load_training(field, spec, limit=limit, allow_test=allow_test)]
 
 
 def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eval_config,

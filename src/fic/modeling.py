@@ -8,13 +8,14 @@ unreachable, gives an error that names it and says how to point at a local copy.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from trl import ModelConfig
 
-from fic.errors import FicError
+from fic.errors import ModelLoadError, model_load_error
+
+__all__ = ["ModelArguments", "ModelLoadError", "load_model", "load_model_and_tokenizer", "load_tokenizer",
+           "resolve_model_name"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -34,34 +35,6 @@ class ModelArguments(ModelConfig):
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
 
 
-class ModelLoadError(FicError, RuntimeError):
-    """A model or tokenizer could not be loaded; the message names it and the fix."""
-
-
-def _load_error(name: str, what: str, err: Exception) -> ModelLoadError:
-    detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    if os.path.isdir(name):  # a local folder with missing or damaged files (an interrupted save or copy)
-        return ModelLoadError(
-            f"could not load {what} from the local folder {name!r}: its files are missing or damaged ({detail}). "
-            "An interrupted save or copy leaves such folders; point at a complete checkpoint (one with "
-            "trainer_state.json) or save the model there again."
-        )
-    path = Path(name).expanduser()
-    in_existing_folder = bool(path.parent.parts) and path.parent.is_dir()
-    if name.startswith((".", "/", "~")) or path.parent.name == "outputs" or in_existing_folder:
-        hint = ""
-        if path.parent.name == "outputs":  # fic writes a recipe's model to outputs/RECIPE
-            hint = f" It is where `python train.py recipe={path.name}` writes its model: run that recipe first."
-        return ModelLoadError(f"could not load {what}: the local folder {name!r} does not exist.{hint}")
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
-    where = "the hub is switched off (HF_HUB_OFFLINE=1)" if offline else "the hub did not serve it"
-    return ModelLoadError(
-        f"could not load {what} {name!r}: it is not a local directory, not in the Hugging Face cache, and {where}. "
-        f"Fetch it where the hub is reachable (`hf download {name} --local-dir PATH`) and pass "
-        f"model_name_or_path=PATH (`--model PATH` to fic commands). ({detail})"
-    )
-
-
 def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = False):
     """`AutoTokenizer` with a pad token (EOS when the checkpoint has none) and left padding for generation."""
     from transformers import AutoTokenizer
@@ -70,7 +43,7 @@ def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = 
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
-        raise _load_error(name, "tokenizer", err) from None
+        raise model_load_error(name, "tokenizer", err) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -89,7 +62,7 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
     try:
         return AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or empty weights file
-        raise _load_error(name, "model", err) from None
+        raise model_load_error(name, "model", err) from None
 
 
 def resolve_model_name(name: str) -> str:

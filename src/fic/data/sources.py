@@ -152,13 +152,21 @@ def get_source(name: str) -> Source:
     )
 
 
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`NAME@SPLIT` -> (`NAME`, `SPLIT`); any other spec -> (spec, None). Only hub specs (no `:`) carry `@SPLIT`."""
+    if ":" in spec or "@" not in spec:
+        return spec, None
+    name, _, split = spec.partition("@")
+    if not split.strip():
+        raise DataError(f"dataset spec {spec!r}: nothing after '@'; name a split (e.g. {name}@train)")
+    return name, split.strip()
+
+
 def check_specs(field: str, specs) -> None:
     """Cheap checks of dataset specs before anything loads: known names, well-formed specs, local files that exist.
 
     Raises `DataError` naming `field` (a recipe key or a flag), the spec and the fix. Hub copies are not contacted.
     """
-    from .splits import split_spec
-
     for spec in specs or []:
         try:
             name, path = parse_spec(split_spec(spec)[0])
@@ -195,8 +203,6 @@ def load_source(spec: str, limit: int | None = None, split: str | None = None) -
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise DataError(f"limit must be a non-negative int or None, got {limit!r}")
-    from .splits import split_spec
-
     spec, named_split = split_spec(spec)  # NAME@SPLIT names the hub split; it wins over `split`
     split = named_split or split
     name, path = parse_spec(spec)

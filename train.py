@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
         processes = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--processes=")), None)
         try:
-            print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1"))))
+            print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1")), module))
         except (FicError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

@@ -34,6 +34,7 @@ from fic.trainers.heldout import (
     heldout_records,
     load_training_records,
 )
+from fic.trainers.plan import MethodPlan
 
 logger = logging.getLogger(__name__)
 
@@ -259,4 +260,22 @@ def main(recipe) -> None:
     )
 
 
+def _plan_reads(args: CollabSFTConfig, eval_config) -> list[tuple]:
+    return [("train", "train_datasets", s, args.dataset_limit) for s in args.train_datasets] + [
+        ("train", "followup_contexts", s, args.dataset_limit) for s in args.followup_contexts
+    ]
+
+
+def _plan_rows(args: CollabSFTConfig, items: list) -> int | None:
+    """Real conversations plus at most `followups_per_context` judged follow-ups per context."""
+    train = [i for i in items if i.role == "train"]
+    if not train or any(i.rows is None for i in train):
+        return None
+    real = sum(i.rows for i in train if i.field == "train_datasets")
+    contexts = sum(i.rows for i in train if i.field == "followup_contexts")
+    return real + contexts * args.followups_per_context
+
+
 CONFIG_CLASS = CollabSFTConfig
+PLAN = MethodPlan(reads=_plan_reads, drops_heldout=True, train_rows=_plan_rows,
+                  rows_note=" (at most: judged follow-ups)", evaluations_outside_saves=2)  # fmt: skip

@@ -32,6 +32,7 @@ from fic.chat import turn_end_strings
 from fic.judges import JUDGE_KINDS, JudgeKind
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
+from fic.trainers.plan import MethodPlan
 from fic.trainers.rewards import REWARDS, check_penalties, get_reward
 
 logger = logging.getLogger(__name__)
@@ -248,3 +249,7 @@ def main(recipe) -> None:
 
 
 CONFIG_CLASS = FollowupRLConfig
+PLAN = MethodPlan(
+    reads=lambda args, eval_config: [("train", "contexts", s, args.context_limit) for s in args.contexts],
+    drops_heldout=True, unit="completions", per_row=lambda args: args.num_generations, evaluations_outside_saves=2,
+)  # fmt: skip

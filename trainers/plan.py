@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fic.errors import FicError
 
@@ -40,6 +42,49 @@ class DataPlan:
     @property
     def hashes(self) -> set[str]:
         return {item_hash(r) for r in self.records}
+
+
+def summed_rows(args, items: list[DataPlan]) -> int | None:
+    """Training examples = the rows of every training dataset (None when one is not readable)."""
+    train = [i for i in items if i.role == "train"]
+    if not train or any(i.rows is None for i in train):
+        return None
+    return sum(i.rows for i in train)
+
+
+def no_lines(*_) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    """What `train.py --plan` needs to know of a method; each method module exposes one as `PLAN`.
+
+    Args:
+        reads: `(args, eval_config) -> [(role, field, spec, limit), ...]`: the datasets the method itself reads.
+        reads_eval_datasets: `eval_config -> bool`: whether the held-out `eval.datasets` are read (probed).
+        drops_heldout: the trainer drops training items that open a held-out conversation itself, so an overlap
+            is a note (with the count dropped), not an error.
+        unit: what an optimizer step counts (`examples`, `completions`).
+        per_row: `args -> int`: units per training row (follow-up RL: `num_generations` completions per prompt);
+            None: one.
+        train_rows: `(args, items) -> int | None`: training rows the data gives.
+        rows_note: said after the training rows (collab SFT: they are an upper bound).
+        dataset_lines: `args -> [str]`: datasets the method makes rather than reads (VASD's synthetic tasks).
+        extra_lines: `(recipe, args, items) -> [str]`: method checks (VASD: the longest prompts against the limits).
+        evaluations_outside_saves: held-out evaluations besides the in-training ones (before and after: 2).
+    """
+
+    reads: Callable[[Any, Any], list[tuple[str, str, str, int | None]]]
+    reads_eval_datasets: Callable[[Any], bool] = lambda ev: True
+    drops_heldout: bool = False
+    unit: str = "examples"
+    per_row: Callable[[Any], int] | None = None
+    train_rows: Callable[[Any, list[DataPlan]], int | None] = summed_rows
+    rows_note: str = ""
+    dataset_lines: Callable[[Any], list[str]] = no_lines
+    extra_lines: Callable[[Any, Any, list[DataPlan]], list[str]] = no_lines
+    evaluations_outside_saves: int = 0
 
 
 def item_hash(record) -> str:
@@ -83,36 +128,32 @@ def read(role: str, field_name: str, spec: str, limit: int | None) -> DataPlan:
     return item
 
 
-def datasets(recipe) -> list[DataPlan]:
+def datasets(recipe, plan: MethodPlan) -> list[DataPlan]:
     """Every dataset the recipe names, with its role."""
     from fic.eval.config import EvalConfig
 
-    args = next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
+    args = method_args(recipe)
     ev = recipe.get(EvalConfig)
-    out = []
-    if recipe.method == "vasd":
-        if args.train_data and not (args.train_data.endswith(".jsonl") and ":" not in args.train_data):
-            out.append(read("train", "train_data", args.train_data, args.train_limit))
-        if "lic" in ev.evaluations and ev.lic_data and ev.lic_data != "synthetic" and ev.enabled:
-            out.append(read("eval", "eval.lic_data", ev.lic_data, ev.lic_limit))
-    elif recipe.method == "collab_sft":
-        out += [read("train", "train_datasets", s, args.dataset_limit) for s in args.train_datasets]
-        out += [read("train", "followup_contexts", s, args.dataset_limit) for s in args.followup_contexts]
-    elif recipe.method == "followup_rl":
-        out += [read("train", "contexts", s, args.context_limit) for s in args.contexts]
-    probe = recipe.method != "vasd" or (ev.enabled and "probe" in ev.evaluations)
-    if probe:
+    out = [read(role, field_name, spec, limit) for role, field_name, spec, limit in plan.reads(args, ev)]
+    if plan.reads_eval_datasets(ev):
         out += [read("eval", "eval.datasets", s, ev.limit) for s in ev.datasets]
     return out
 
 
-def check(recipe, items: list[DataPlan]) -> list[str]:
+def method_args(recipe):
+    """The method's own config (its `<Method>Config`) among the recipe's parsed dataclasses."""
+    from fic.eval.config import EvalConfig
+
+    return next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
+
+
+def check(recipe, items: list[DataPlan], plan: MethodPlan) -> list[str]:
     """Raise `PlanError` on a test split in training or on train/eval overlap; notes for overlaps a trainer drops."""
     from fic.data.splits import check_training_split
 
     notes = []
     allow_test = bool(recipe.raw.get("train_on_test"))
-    drops = recipe.method in ("collab_sft", "followup_rl")  # they drop training items that open a held-out one
+    drops = plan.drops_heldout
     for train in (i for i in items if i.role == "train"):
         for ev in (i for i in items if i.role == "eval"):
             same = source_key(train.spec, train.split) == source_key(ev.spec, ev.split)
@@ -137,14 +178,15 @@ def check(recipe, items: list[DataPlan]) -> list[str]:
     return notes
 
 
-def schedule(recipe, args, train_rows: int | None, processes: int) -> list[str]:
+def schedule(recipe, args, train_rows: int | None, processes: int, plan: MethodPlan) -> list[str]:
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
     lines = []
-    unit = "completions" if recipe.method == "followup_rl" else "examples"
+    unit = plan.unit
     examples = train_rows
-    if recipe.method == "followup_rl" and train_rows is not None:
-        examples = train_rows * args.num_generations
-        lines.append(f"prompts per optimizer step: {per_step // max(args.num_generations, 1)}")
+    if plan.per_row is not None and train_rows is not None:
+        per_row = plan.per_row(args)
+        examples = train_rows * per_row
+        lines.append(f"prompts per optimizer step: {per_step // max(per_row, 1)}")
     lines.insert(0, f"{unit} per optimizer step: {per_step} ({args.per_device_train_batch_size} per device x "
                     f"{args.gradient_accumulation_steps} accumulation x {processes} processes)")  # fmt: skip
     if args.max_steps and args.max_steps > 0:
@@ -187,59 +229,6 @@ def save_steps(args, steps: int | None, examples: int | None, per_step: int) -> 
     return [steps] if strategy == "best" else []
 
 
-def prompt_lengths(recipe, args, items: list[DataPlan]) -> list[str]:
-    """VASD: the longest student prompt the sharded rows will produce, against max_prompt_length."""
-    from fic.modeling import ModelArguments
-
-    train = [i for i in items if i.role == "train" and i.records]
-    if recipe.method != "vasd" or not train:
-        return []
-    from fic.chat import full_view, render, sharded_view
-    from fic.data.sharding import shard_math_problem
-
-    reply = args.rollout_max_new_tokens or args.max_completion_length or 0
-    tokenizer, how = None, "estimated at 4 characters per token (tokenizer not available offline)"
-    try:
-        from transformers import AutoTokenizer
-
-        from fic.modeling import resolve_model_name
-
-        name = resolve_model_name(recipe.get(ModelArguments).model_name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        how = "with the model's tokenizer and template"
-    except Exception:
-        pass
-    candidates = []
-    for record in train[0].records:
-        question = record.messages[-1]["content"]
-        shards = record.meta.get("shards") or shard_math_problem(question)
-        if len(shards) >= 2:
-            candidates.append((len(shards), len(question), shards, question))
-    if not candidates:
-        return []
-    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
-
-    def count(messages) -> int:
-        if tokenizer is None:
-            return sum(len(m["content"]) for m in messages) // 4 + 8 * len(messages)
-        return len(
-            tokenizer(render(tokenizer, messages, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
-        )
-
-    longest, longest_teacher = 0, 0
-    for n, _, shards, question in candidates[:20]:
-        longest = max(longest, count(sharded_view(shards, ["x"] * (n - 1))) + (n - 1) * reply)
-        longest_teacher = max(longest_teacher, count(full_view(question)))
-    lines = [
-        f"longest student prompt: {longest} tokens ({candidates[0][0]} shards, replies of {reply} tokens; {how}) "
-        f"against max_prompt_length={args.max_prompt_length}"
-        + ("" if args.max_prompt_length is None or longest <= args.max_prompt_length else "  WARNING: over the limit"),
-        f"longest teacher prompt: {longest_teacher} tokens against max_teacher_prompt_length="
-        f"{args.max_teacher_prompt_length}",
-    ]
-    return lines
-
-
 def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
     from fic.eval.config import EvalConfig
 
@@ -279,60 +268,31 @@ def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
     ]
 
 
-def train_rows(recipe, args, items: list[DataPlan]) -> int | None:
-    train = [i for i in items if i.role == "train"]
-    if recipe.method == "vasd" and args.synthetic_tasks:
-        return args.synthetic_tasks
-    if (
-        recipe.method == "vasd"
-        and args.train_data
-        and args.train_data.endswith(".jsonl")
-        and ":" not in args.train_data
-    ):
-        path = Path(args.train_data)
-        return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.is_file() else None
-    if not train or any(i.rows is None for i in train):
-        return None
-    if recipe.method == "vasd":
-        from fic.data.sharding import shard_math_problem
-
-        return sum(
-            1
-            for r in train[0].records
-            if len(r.meta.get("shards") or shard_math_problem(r.messages[-1]["content"])) >= 2
-        )
-    if recipe.method == "collab_sft":
-        real = sum(i.rows for i in train if i.field == "train_datasets")
-        contexts = sum(i.rows for i in train if i.field == "followup_contexts")
-        return real + contexts * args.followups_per_context
-    return sum(i.rows for i in train)
-
-
-def make_plan(recipe, processes: int) -> str:
-    """The plan as text; raises `PlanError` on a test split in training or train/eval overlap."""
+def make_plan(recipe, processes: int, module) -> str:
+    """The plan as text for `recipe` of the method in `module` (its `PLAN`); raises `PlanError` on a test split in
+    training or train/eval overlap."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from fic.eval.config import EvalConfig
 
-    args = next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
-    items = datasets(recipe)
-    notes = check(recipe, items)
+    plan: MethodPlan = module.PLAN
+    args = method_args(recipe)
+    items = datasets(recipe, plan)
+    notes = check(recipe, items, plan)
     lines = [f"plan for recipe {recipe.name} (method {recipe.method}), {processes} process(es)", "datasets:"]
     for i in items:
         state = i.problem or f"{i.rows} rows"
         lines.append(f"  {i.role:5} {i.field}={i.spec} split={i.split or '-'} {state} source={i.source or '?'}"
                      + (f" (limit {i.limit})" if i.limit else ""))  # fmt: skip
-    if recipe.method == "vasd" and args.synthetic_tasks:
-        lines.append(f"  train synthetic_tasks={args.synthetic_tasks} (generated; test split held out)")
-    rows = train_rows(recipe, args, items)
-    lines.append(f"training examples: {rows if rows is not None else '?'}"
-                 + (" (at most: judged follow-ups)" if recipe.method == "collab_sft" else ""))  # fmt: skip
-    sched = schedule(recipe, args, rows, processes)
+    lines += plan.dataset_lines(args)
+    rows = plan.train_rows(args, items)
+    lines.append(f"training examples: {rows if rows is not None else '?'}" + plan.rows_note)
+    sched = schedule(recipe, args, rows, processes, plan)
     lines += sched
-    lines += prompt_lengths(recipe, args, items)
+    lines += plan.extra_lines(recipe, args, items)
     ev = recipe.get(EvalConfig)
     fired = next((int(s.split(": ")[1].split()[0]) for s in sched if s.startswith("in-training evaluations (")), 0)
-    evaluations = fired if recipe.method == "vasd" else fired + 2  # collab SFT / follow-up RL: before and after too
+    evaluations = fired + plan.evaluations_outside_saves
     lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.lic_data else []
     lines += judge_fit(recipe, items)
     lines += notes

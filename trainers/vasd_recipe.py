@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fic.data.records import DataError
 from fic.recipe import RecipeError
+from fic.trainers.plan import MethodPlan
 from fic.trainers.vasd import VASDConfig, VASDTrainer
 
 logger = logging.getLogger(__name__)
@@ -234,3 +235,96 @@ def main(recipe) -> None:
         args.output_dir, {}, {}, method="vasd", rows=len(rows), train_loss=result.training_loss,
         wall_s=round(time.time() - start, 1),
     )  # fmt: skip
+
+
+def _plan_reads(args: VASDConfig, eval_config) -> list[tuple]:
+    out = []
+    if args.train_data and not (args.train_data.endswith(".jsonl") and ":" not in args.train_data):
+        out.append(("train", "train_data", args.train_data, args.train_limit))
+    ev = eval_config
+    if "lic" in ev.evaluations and ev.lic_data and ev.lic_data != "synthetic" and ev.enabled:
+        out.append(("eval", "eval.lic_data", ev.lic_data, ev.lic_limit))
+    return out
+
+
+def _plan_rows(args: VASDConfig, items: list) -> int | None:
+    """Synthetic tasks, the lines of a local rows file, or the dataset's items with at least two shards."""
+    if args.synthetic_tasks:
+        return args.synthetic_tasks
+    if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
+        path = Path(args.train_data)
+        return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.is_file() else None
+    train = [i for i in items if i.role == "train"]
+    if not train or any(i.rows is None for i in train):
+        return None
+    from fic.data.sharding import shard_math_problem
+
+    return sum(
+        1 for r in train[0].records if len(r.meta.get("shards") or shard_math_problem(r.messages[-1]["content"])) >= 2
+    )
+
+
+def _plan_prompt_lengths(recipe, args, items: list) -> list[str]:
+    """The longest student prompt the sharded rows will produce, against max_prompt_length (and the teacher's)."""
+    from fic.modeling import ModelArguments
+
+    train = [i for i in items if i.role == "train" and i.records]
+    if not train:
+        return []
+    from fic.chat import full_view, render, sharded_view
+    from fic.data.sharding import shard_math_problem
+
+    reply = args.rollout_max_new_tokens or args.max_completion_length or 0
+    tokenizer, how = None, "estimated at 4 characters per token (tokenizer not available offline)"
+    try:
+        from transformers import AutoTokenizer
+
+        from fic.modeling import resolve_model_name
+
+        name = resolve_model_name(recipe.get(ModelArguments).model_name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        how = "with the model's tokenizer and template"
+    except Exception:
+        pass
+    candidates = []
+    for record in train[0].records:
+        question = record.messages[-1]["content"]
+        shards = record.meta.get("shards") or shard_math_problem(question)
+        if len(shards) >= 2:
+            candidates.append((len(shards), len(question), shards, question))
+    if not candidates:
+        return []
+    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
+
+    def count(messages) -> int:
+        if tokenizer is None:
+            return sum(len(m["content"]) for m in messages) // 4 + 8 * len(messages)
+        return len(
+            tokenizer(render(tokenizer, messages, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+        )
+
+    longest, longest_teacher = 0, 0
+    for n, _, shards, question in candidates[:20]:
+        longest = max(longest, count(sharded_view(shards, ["x"] * (n - 1))) + (n - 1) * reply)
+        longest_teacher = max(longest_teacher, count(full_view(question)))
+    lines = [
+        f"longest student prompt: {longest} tokens ({candidates[0][0]} shards, replies of {reply} tokens; {how}) "
+        f"against max_prompt_length={args.max_prompt_length}"
+        + ("" if args.max_prompt_length is None or longest <= args.max_prompt_length else "  WARNING: over the limit"),
+        f"longest teacher prompt: {longest_teacher} tokens against max_teacher_prompt_length="
+        f"{args.max_teacher_prompt_length}",
+    ]
+    return lines
+
+
+PLAN = MethodPlan(
+    reads=_plan_reads,
+    reads_eval_datasets=lambda ev: ev.enabled and "probe" in ev.evaluations,
+    train_rows=_plan_rows,
+    dataset_lines=lambda args: (
+        [f"  train synthetic_tasks={args.synthetic_tasks} (generated; test split held out)"]
+        if args.synthetic_tasks
+        else []
+    ),
+    extra_lines=_plan_prompt_lengths,
+)

@@ -26,7 +26,7 @@ RECIPES_DIR = Path(os.environ.get("FIC_RECIPES_DIR", Path(__file__).resolve().pa
 METHODS = {
     "collab_sft": "fic.trainers.collab_sft",
     "followup_rl": "fic.trainers.followup_rl",
-    "vasd": "fic.trainers.vasd_recipe",
+    "vasd": "fic.trainers.vasd.recipe",
 }
 USAGE = "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys] [--plan [--processes N]]"
 FLAGS = ("--help-keys", "--plan")

@@ -4,7 +4,7 @@ The step: LoRA student, `base` teacher, rows given as `shards` (the student answ
 greedily, one batched call per shard index), `lmbda: 0.5` (half of the responses sampled by the student in the
 student view, the others from the dataset), `single_turn_mix: 0`. Measured three ways in one process, taking turns:
 
-* `fast`: the rollouts through fic's generation path (`fic.trainers.vasd_rollout`, the decode loop of
+* `fast`: the rollouts through fic's generation path (`fic.trainers.vasd.rollout`, the decode loop of
   `fic.generation.decode`: one prefill per call, finished rows dropped, stop at the template's end of turn);
 * `generate`: the same rollouts through `model.generate` and TRL's `_generate_single_turn` (VASD's path before it,
   kept as `Rollouts.backend = "generate"`);
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = generation_forwards(trainers["fast"])
     floors = {"default": matmul_floor_s(trainers["fast"], shapes, args.device)}
     if args.device == "cpu":  # small products can run faster on one thread (see rollout_cpu_threads)
-        from fic.trainers.vasd_rollout import _cpu_threads
+        from fic.trainers.vasd.rollout import _cpu_threads
 
         with _cpu_threads(1, "cpu"):
             floors["one_thread"] = matmul_floor_s(trainers["fast"], shapes, args.device)

@@ -102,7 +102,7 @@ def main() -> int:
 
     if standin:
         try:
-            from fic.trainers import vasd_rollout
+            from fic.trainers.vasd import rollout as vasd_rollout
         except ImportError:
             vasd_rollout = None
 

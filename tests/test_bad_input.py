@@ -41,7 +41,7 @@ def no_model_loads(monkeypatch):
         raise ModelLoaded(f"a model was loaded before the error: {args[:2]}")
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
-    for module in ("fic.trainers.collab_sft", "fic.trainers.followup_rl", "fic.trainers.vasd_recipe"):
+    for module in ("fic.trainers.collab_sft", "fic.trainers.followup_rl", "fic.trainers.vasd.recipe"):
         monkeypatch.setattr(f"{module}.main", refuse)
 
 

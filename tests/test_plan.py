@@ -54,7 +54,7 @@ def test_training_on_a_test_split_is_an_error_unless_forced():
 
 
 def test_vasd_rows_refuse_the_test_split_and_drop_calculator_annotations(shared_data):
-    from fic.trainers.vasd_recipe import dataset_rows, reference_completion
+    from fic.trainers.vasd.recipe import dataset_rows, reference_completion
 
     assert reference_completion("Natalia sold 48/2 = <<48/2=24>>24 clips.") == "Natalia sold 48/2 = 24 clips."
     with pytest.raises(DataError, match="test split"):

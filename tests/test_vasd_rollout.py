@@ -1,4 +1,4 @@
-"""VASD's training-time generation (fic.trainers.vasd_rollout, fic.generation.decode) on a tiny offline model.
+"""VASD's training-time generation (fic.trainers.vasd.rollout, fic.generation.decode) on a tiny offline model.
 
 Run as a script (`accelerate launch ... tests/test_vasd_rollout.py OUT_DIR`) it trains two steps on ranks that hold
 different numbers of shards, for the two-process test at the end.
@@ -127,7 +127,7 @@ def test_greedy_replies_equal_model_generate(tmp_path, model_dir, tokenizer):
 def test_rollout_cpu_threads_holds_while_decoding_and_is_restored(tmp_path, model_dir, tokenizer, monkeypatch):
     """`rollout_cpu_threads` sets torch's thread count around each decode call only, and the greedy replies are
     those of the default setting (one thread or two changes the order of float sums, not this model's argmax)."""
-    import fic.trainers.vasd_rollout as vasd_rollout
+    import fic.trainers.vasd.rollout as vasd_rollout
 
     model = ending_model(model_dir, tokenizer)
     seen = []
@@ -159,7 +159,7 @@ def test_kept_cache_continues_a_conversation_as_a_fresh_prefill_would(tmp_path, 
     """The second shard turn, continued from the first turn's KV cache (only the new tokens fed), writes the replies
     a fresh prefill of the whole re-rendered conversation writes, with the tie rule of the test above."""
     from fic.chat import sharded_view
-    from fic.trainers.vasd_rollout import _matching_rows
+    from fic.trainers.vasd.rollout import _matching_rows
 
     model = ending_model(model_dir, tokenizer)
     trainer = VASDTrainer(model, args=config(tmp_path), train_dataset=shard_rows(), processing_class=tokenizer)
@@ -407,7 +407,7 @@ def _main(out_dir: str) -> None:
     from accelerate import PartialState
 
     from fic.distributed import use_cpu_group_without_gpu
-    from fic.trainers import vasd_rollout
+    from fic.trainers.vasd import rollout as vasd_rollout
 
     use_cpu_group_without_gpu()
     out = Path(out_dir)

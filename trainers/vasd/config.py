@@ -61,7 +61,7 @@ class VASDConfig(DistillationConfig):
         loss_token_chunk_size (`int` or `None`, defaults to `None`):
             Response tokens per call of the chunked divergence (bounds its peak memory); `None` for TRL's 4096.
 
-        > Data (used by `fic.trainers.vasd_recipe.main`)
+        > Data (used by `fic.trainers.vasd.recipe.main`)
 
         train_data (`str` or `None`, defaults to `None`):
             A JSONL file of VASD rows: `prompt` and `teacher_prompt` (lists of messages), optionally `completion`;

@@ -15,7 +15,7 @@ For every example of a batch:
    single-turn behaviour to the teacher, which keeps it from eroding while the multi-turn behaviour moves).
 2. Choose the response: with probability `lmbda` the student samples it in the student view (on-policy); otherwise
    the dataset's `completion`, or, without one, a sample of the teacher in the teacher view. Every generation of a
-   step (shard replies, on-policy and teacher samples) goes through `fic.trainers.vasd_rollout` (fic's decode loop
+   step (shard replies, on-policy and teacher samples) goes through `fic.trainers.vasd.rollout` (fic's decode loop
    on transformers, TRL's vLLM path with `use_vllm`; the same calls on every process).
 3. Build both sequences by concatenating token ids: `student_prompt_ids + response_ids` and
    `teacher_prompt_ids + response_ids`, the same response ids in both (never re-tokenised joined text). Prompts
@@ -56,8 +56,8 @@ from trl.models import prepare_deepspeed
 from trl.trainer.utils import create_model_from_path, get_config_model_id, pad, use_adapter
 
 from fic.losses import chunked_generalized_jsd, chunked_nll
-from fic.trainers.vasd_config import VASDConfig
-from fic.trainers.vasd_rollout import Rollouts
+from fic.trainers.vasd.config import VASDConfig
+from fic.trainers.vasd.rollout import Rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class VASDTrainer(DistillationTrainer):
         self._end_of_turn_ids = None
         self._setup_teacher(frozen if needs_copy else None, needs_copy)
         self._loss_stats = None
-        self._rollouts = Rollouts(self)  # every generation call of a step (fic.trainers.vasd_rollout)
+        self._rollouts = Rollouts(self)  # every generation call of a step (fic.trainers.vasd.rollout)
 
     @staticmethod
     def _check_columns(name: str, dataset) -> None:
@@ -325,7 +325,7 @@ class VASDTrainer(DistillationTrainer):
         Episodes are played in lockstep, one batched generation per shard index (greedy at `rollout_temperature=0`),
         so the student is trained in the conversations it produces itself, as the Lost-in-Conversation evaluation
         plays them. Returns `sharded_view(shards, replies)` per row (ends with the last user shard). See
-        `fic.trainers.vasd_rollout` (with several processes every one of them calls this, even with no rows).
+        `fic.trainers.vasd.rollout` (with several processes every one of them calls this, even with no rows).
         """
         return self._rollouts.student_views(shards_list)
 

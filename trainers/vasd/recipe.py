@@ -1,6 +1,6 @@
 """The `method: vasd` recipe entry point: build VASD rows from the recipe's data, train, measure, summarise.
 
-`train.py` imports this module (`CONFIG_CLASS`, `main`); the trainer itself lives in `fic.trainers.vasd`.
+`train.py` imports this module (`CONFIG_CLASS`, `main`); the trainer itself lives in `fic.trainers.vasd.trainer`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from fic.data.records import DataError
 from fic.recipe import RecipeError
 from fic.trainers.plan import MethodPlan
-from fic.trainers.vasd import VASDConfig, VASDTrainer
+from fic.trainers.vasd.trainer import VASDConfig, VASDTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fic import cli
-from fic.eval import checkpoints
+from fic.eval import checkpoint_io, checkpoints
 from fic.eval.config import EvalConfig
 from fic.testing import tiny_model
 
@@ -172,16 +172,16 @@ def test_lora_checkpoint_loads_the_adapted_model(base_path, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     model = lora_model(base_path)
     _save(model, tokenizer, tmp_path / "checkpoint-1")
-    assert checkpoints.adapter_base(tmp_path / "checkpoint-1") == base_path
-    loaded, loaded_tok = checkpoints.load_checkpoint(tmp_path / "checkpoint-1", device="cpu")
+    assert checkpoint_io.adapter_base(tmp_path / "checkpoint-1") == base_path
+    loaded, loaded_tok = checkpoint_io.load_checkpoint(tmp_path / "checkpoint-1", device="cpu")
     adapted = logits(model, tokenizer)
     assert torch.allclose(logits(loaded, loaded_tok), adapted, atol=1e-4)
     assert not torch.allclose(logits(AutoModelForCausalLM.from_pretrained(base_path), tokenizer), adapted, atol=1e-2)
     # engines that need a path (vLLM) get the merged weights in a folder
-    merged = checkpoints.materialize(tmp_path / "checkpoint-1")
+    merged = checkpoint_io.materialize(tmp_path / "checkpoint-1")
     assert merged == tmp_path / "checkpoint-1" / "eval" / ".merged"
     assert torch.allclose(logits(AutoModelForCausalLM.from_pretrained(merged), tokenizer), adapted, atol=1e-4)
-    assert checkpoints.materialize(merged.parent.parent) == merged  # reused, not rewritten
+    assert checkpoint_io.materialize(merged.parent.parent) == merged  # reused, not rewritten
 
 
 def test_real_lic_evaluation_of_a_lora_run(base_path, tmp_path, monkeypatch):

@@ -194,43 +194,33 @@ class EvalCallback(TrainerCallback):
         return ("disk" if parameters_sharded() else "memory") if load_from == "auto" else load_from
 
     def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir, weights=None) -> dict:
+        """`fic.eval.checkpoints.evaluate_checkpoint` (the step `fic eval-checkpoints` takes) on the model in memory or
+        on the checkpoint read back from disk; then the record goes to wandb."""
         from accelerate.utils import extract_model_from_parallel
 
-        from fic.eval.checkpoints import (
-            EVAL_DIR,
-            CheckpointLock,
-            evaluate,
-            make_backend,
-            record_history,
-            write_comparison,
-        )
+        from fic.eval.checkpoints import CheckpointLock, evaluate_checkpoint, make_backend
         from fic.generation import get_backend
 
         load_from = self._load_from()
         if load_from == "memory" and model is None:
             raise ValueError("EvalCallback: the Trainer passed no model to on_save; set eval.load_from=disk")
-        lock = CheckpointLock(checkpoint)
-        if not lock.acquire():  # `fic eval-checkpoints` on another node got there first
-            logger.warning("%s is being evaluated by %s; the callback skips it", checkpoint.name, lock.owner())
-            return {}
+
+        def open_backend():
+            if load_from == "disk":
+                return make_backend(weights or checkpoint, "transformers", self.config.batch_size)
+            tokenizer = self.tokenizer or _tokenizer_of(processing_class)
+            if tokenizer is None:
+                raise ValueError("EvalCallback: no tokenizer; pass tokenizer= or give the Trainer a processing_class")
+            backend = get_backend("transformers", extract_model_from_parallel(model), tokenizer=tokenizer,
+                                  batch_size=self.config.batch_size)  # fmt: skip
+            return backend, tokenizer, None
+
         logger.info("evaluating %s (%s, %s)", checkpoint.name, ", ".join(self.config.evaluations), load_from)
-        try:
-            if load_from == "memory":
-                tokenizer = self.tokenizer or _tokenizer_of(processing_class)
-                if tokenizer is None:
-                    raise ValueError(
-                        "EvalCallback: no tokenizer; pass tokenizer= or give the Trainer a processing_class"
-                    )
-                model = extract_model_from_parallel(model)
-                backend = get_backend("transformers", model, tokenizer=tokenizer, batch_size=self.config.batch_size)
-            else:
-                backend, tokenizer, _ = make_backend(weights or checkpoint, "transformers", self.config.batch_size)
-            record = evaluate(backend, tokenizer, self.config, checkpoint / EVAL_DIR, model_path=checkpoint, step=step)
-            del backend
-        finally:
-            lock.release()
-        record_history(output_dir, record)
-        write_comparison(output_dir, redact(self.config.to_dict()))
+        record = evaluate_checkpoint(checkpoint, self.config, open_backend, output_dir, step=step)
+        if record is None:  # `fic eval-checkpoints` on another node got there first
+            logger.warning("%s is being evaluated by %s; the callback skips it", checkpoint.name,
+                           CheckpointLock(checkpoint).owner())  # fmt: skip
+            return {}
         self.records.append(record)
         self._log_wandb(record, checkpoint, step)
         shown = ", ".join(f"{k}={v:.3f}" for k, v in list(record["metrics"].items())[:6])

@@ -189,6 +189,37 @@ class _Factory:
 
 
 def run(args) -> int:
+    """`fic regret`: `run_regret`, with a setup mistake printed as one line (exit status 2)."""
+    try:
+        run_regret(args)
+    except SetupError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class SetupError(ValueError):
+    """A `fic regret` setting that cannot run (bad arguments, data, policy); raised before any episode."""
+
+
+def settings(scenario: str, policy: str, out: str | Path, **values) -> argparse.Namespace:
+    """The settings `run_regret` takes, as `fic regret` would parse them: the command's defaults, with `values` (the
+    flags' names with underscores: `model`, `limit`, `seed`, `data`, ...) on top."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--scenario", scenario, "--policy", policy, "--seed", str(values.pop("seed", 0)),
+                              "--out", str(out)])  # fmt: skip
+    unknown = [k for k in values if not hasattr(args, k)]
+    if unknown:
+        raise ValueError(f"regret settings: unknown {unknown}; valid: {sorted(vars(args))}")
+    for key, value in values.items():
+        setattr(args, key, value)
+    return args
+
+
+def run_regret(args) -> dict:
+    """Play the episodes of `args` (resuming `OUT/episodes.jsonl`), write `OUT/summary.json` and return the summary.
+    Raises `SetupError` when a setting cannot run, before any episode is played."""
     from tqdm.auto import tqdm
 
     from fic.errors import FicError
@@ -221,8 +252,7 @@ def run(args) -> int:
             factory.user_model()
         check_settings(out, _config(args))  # last: a setup error must not pin the folder to bad settings
     except (ValueError, FicError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise SetupError(str(err)) from None
     path = out / "episodes.jsonl"
     done = load_keyed(path)
     units = [(i, ep, p) for i, ep in enumerate(episodes) for p in profiles]
@@ -289,7 +319,7 @@ def run(args) -> int:
         summary["turns_mean"],
         out / "summary.json",
     )
-    return 0
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from fic.checkpoint_state import is_complete
 
-from .checkpoints import EVAL_DIR, evaluate_run, is_evaluated, list_checkpoints, resolve_config
+from .checkpoint_io import EVAL_DIR, is_evaluated, list_checkpoints
+from .checkpoint_runs import evaluate_run, resolve_config
 
 logger = logging.getLogger(__name__)
 

@@ -198,7 +198,8 @@ class EvalCallback(TrainerCallback):
         on the checkpoint read back from disk; then the record goes to wandb."""
         from accelerate.utils import extract_model_from_parallel
 
-        from fic.eval.checkpoints import CheckpointLock, evaluate_checkpoint, make_backend
+        from fic.eval.checkpoint_io import CheckpointLock, make_backend
+        from fic.eval.checkpoint_runs import evaluate_checkpoint
         from fic.generation import get_backend
 
         load_from = self._load_from()

@@ -4,7 +4,8 @@
 contract (raw prompts in, `n` continuations per prompt out, special tokens kept, cut before the first stop string).
 """
 
-from fic.generation.base import BACKEND_NAMES, Backend, SamplingParams, cut_at_stop, derive_seed, get_backend
+from fic.generation.base import BACKEND_NAMES, Backend, SamplingParams, cut_at_stop, derive_seed
+from fic.generation.factory import get_backend
 from fic.generation.hf import HFBackend
 from fic.generation.openai_http import (
     OpenAICompletionsBackend,

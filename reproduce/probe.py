@@ -142,10 +142,14 @@ def run(out: Path) -> Section:
         rates.get(d, {}).get(temperature_key(s["temperatures"][-1]), {}).get("none", {}).get("rate") for d in datasets
     ]
     detectable = [d for d in datasets if differences[d]["temperature"].get("detectable")]
+    errors = probe["overall"].get("judge") or {}
     text = [
-        f"Judge: {repro.judge_line(judge)}. None of the items here is in its fit. It calls fewer turns genuine than "
-        "careful readers do, with few false positives; the corrected rates undo that under the stated assumption "
-        f"({probe['assumption']}), with intervals that carry the judge's own uncertainty.",
+        f"Judge: {repro.judge_line(judge)}. None of the items here is in its fit. On its labelled held-out turns it "
+        f"finds {_pct(errors.get('sensitivity'))} of the genuine turns and calls {_pct(1 - errors['specificity'] if errors.get('specificity') is not None else None)} "
+        "of the failures genuine (pooled); the corrected rates apply those figures (per dataset where its labels "
+        f"suffice), with intervals that carry the judge's own uncertainty, under the stated assumption: "
+        f"{probe['assumption']}. A corrected rate below the raw one means the raw rate is within what the judge's "
+        "false positives alone would give.",
         f"T={hot} against greedy: "
         + (
             "; ".join(f"{d} {differences[d]['temperature']['reading']}" for d in detectable)

@@ -8,7 +8,9 @@ and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); rec
 The rule-based user reveals each shard verbatim; `--user llm` rephrases it through an OpenAI-compatible chat
 endpoint, as the paper's simulator does. Episodes are generated in fixed chunks of tasks, so sampling seeds do not
 depend on what a previous, interrupted run finished: a rerun with the same `--out` skips finished chunks, redoes a
-partial one, and ends with exactly the episodes of an uninterrupted run.
+partial one, and ends with exactly the episodes of an uninterrupted run. Under a launch of several processes
+(`accelerate launch -m fic.cli lic ...`) each process plays its share of the chunks into its own part, and the main
+process merges them into the `episodes.jsonl` one process would write (`fic.distributed.RankedRows`).
 
 `evaluate_views` is the same episodes as one greedy measurement of a model on synthetic tasks (p_full per phrasing,
 p_concat, p_sharded and per-turn accuracy), what the VASD recipe reports before and after training.
@@ -22,11 +24,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from fic.chat import concat_view, full_view, render, turn_end_strings
+from fic.distributed import RankedRows, check_same_on_every_rank, main_process_first, on_main
 from fic.generation import SamplingParams
-from fic.jsonl import append_rows, check_settings, load_done, write_json
+from fic.jsonl import check_settings, load_done, write_json
 from fic.metrics import lic_scores
 
 from .simulated_user import ChatEndpoint, ChatModelUser
@@ -231,12 +232,14 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
 
 def run_lic(backend, tokenizer, tasks: list[LiCTask], out_dir: str | Path, modes=MODES, runs: int = 1,
             temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, user=None, chunk_size: int = 16,
-            progress: bool = True, model: str | None = None) -> dict:  # fmt: skip
+            progress: bool = True, model: str | None = None, split: bool = False) -> dict:  # fmt: skip
     """Simulate every task under each mode `runs` times; write episodes.jsonl, summary.json, lic.png; return summary.
 
     `model` (the model's name), the temperature, token limit, seed, chunk size and user are stored beside the
     episodes: a rerun into `out_dir` resumes only with the same ones (`fic.jsonl.check_settings`); more modes, runs
-    or tasks extend the run.
+    or tasks extend the run. `split`: under a launch of several processes, each takes its share of the chunks (every
+    process calls `run_lic` with the same arguments); the episodes are merged into the file one process would write
+    (`fic.distributed.RankedRows`) and the main process writes the summary, which every process returns.
     """
     for mode in modes:
         if mode not in MODES:
@@ -244,26 +247,41 @@ def run_lic(backend, tokenizer, tasks: list[LiCTask], out_dir: str | Path, modes
     out_dir = Path(out_dir)
     path = out_dir / "episodes.jsonl"
     user = user or RuleUser()
-    check_settings(out_dir, {
+    settings = {
         "model": model, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
         "chunk_size": chunk_size, "user": getattr(user, "name", type(user).__name__),
-    })  # fmt: skip
-    done = {(r["mode"], r["run"], r["task_id"]) for r in load_done(path)}
+    }  # fmt: skip
+    check_same_on_every_rank("fic lic", {**settings, "modes": list(modes), "runs": runs, "tasks": [t.id for t in tasks]},
+                             split)  # fmt: skip
+    with main_process_first(split):
+        check_settings(out_dir, settings)
+    episodes = RankedRows(path, episode_key, split)
     chunks = [tasks[i : i + chunk_size] for i in range(0, len(tasks), chunk_size)]
-    jobs = [(mode, run, c, chunk) for mode in modes for run in range(runs) for c, chunk in enumerate(chunks)]
-    for mode, run, _c, chunk in tqdm(jobs, desc="lic", disable=not progress, unit="chunk"):
-        keys = {(mode, run, t.id) for t in chunk}
-        if keys <= done:
-            continue
-        rows = run_episodes(backend, tokenizer, chunk, mode, run, temperature, max_new_tokens, seed + 7919 * run, user)
+
+    def play(job: tuple) -> list[dict]:
         # a chunk partly written by an interrupted run is replayed whole (same seeds) and only its missing rows kept
-        append_rows(path, [r for r in rows if (mode, run, r["task_id"]) not in done])
-    rows = load_done(path)
-    summary = summarize(rows, list(modes))
-    summary.update(runs=runs, temperature=temperature, n_tasks=len(tasks))
-    write_json(out_dir / "summary.json", summary)
-    plot(summary, out_dir / "lic.png")
-    return summary
+        mode, run, c = job
+        return run_episodes(backend, tokenizer, chunks[c], mode, run, temperature, max_new_tokens, seed + 7919 * run,
+                            user)  # fmt: skip
+
+    jobs = [(mode, run, c) for mode in modes for run in range(runs) for c in range(len(chunks))]
+    rows = episodes.run(jobs, lambda job: [(job[0], job[1], t.id) for t in chunks[job[2]]], play, desc="lic",
+                        progress=progress)  # fmt: skip
+    episodes.merge(rows)
+
+    def summarize_run() -> dict:
+        summary = summarize(load_done(path), list(modes))
+        summary.update(runs=runs, temperature=temperature, n_tasks=len(tasks))
+        write_json(out_dir / "summary.json", summary)
+        plot(summary, out_dir / "lic.png")
+        return summary
+
+    return on_main(summarize_run, split)
+
+
+def episode_key(row: dict) -> tuple:
+    """The identity of one episode in `episodes.jsonl`: mode, run and task."""
+    return (row["mode"], row["run"], row["task_id"])
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -311,6 +329,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
+    from fic.distributed import launch_state
     from fic.generation import get_backend
     from fic.modeling import load_tokenizer
 
@@ -324,14 +343,17 @@ def run(args: argparse.Namespace) -> int:
         tasks = tasks_from_source(args.data, limit=args.limit)
     if not tasks:
         raise ArgumentError(f"--data {args.data}: no task with shards and an automatic checker")
-    name = backend_name(args)
-    backend = get_backend(name, model=args.model, **backend_kwargs(args))
+    state = launch_state()  # under `accelerate launch` / torchrun: one group, the chunks split over its processes
+    backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args, state))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     user = LLMUser(args.user_base_url, args.user_model) if args.user == "llm" else RuleUser()
     summary = run_lic(
         backend, tokenizer, tasks, args.out, modes=modes, runs=args.runs,
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user, model=args.model,
+        split=True,
     )  # fmt: skip
+    if not state.is_main_process:
+        return 0
     for mode, m in summary["modes"].items():
         print(f"{mode:>8}: P={m['P']:.3f} A90={m['A90']:.3f} U90-10={m['U90_10']:.3f} ({m['episodes']} episodes)")
     if "recovery" in summary:

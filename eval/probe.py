@@ -13,6 +13,11 @@ model loads, the items are checked against the judge's fit (`fic.judges.provenan
 
 Samples are generated in fixed chunks of items, with seeds that depend only on the chunk, the item's place in it
 and the sample index (never on the perturbation or on what an earlier run finished), so a rerun resumes exactly.
+The greedy answers are made in the same chunks. Under a launch of several processes (`accelerate launch -m fic.cli
+probe ...`, or `fic probe` under torchrun) each process takes its share of the answer chunks and of the jobs (one
+chunk at one temperature and control), writes its own part and resumes from it; the main process merges the parts
+into the `samples.jsonl` and `responses.jsonl` one process would write (`fic.distributed.RankedRows`; byte for byte
+on the CPU, where it is tested).
 """
 
 from __future__ import annotations
@@ -21,15 +26,15 @@ import argparse
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from fic.chat import render, role_prefix, turn_end_strings
+from fic.distributed import RankedRows, check_same_on_every_rank, main_process_first, on_main
 from fic.followup_eval import judge_with_floor, turn_rows
 from fic.followup_summary import SEED_FLOOR, row_key
 from fic.generation import SamplingParams
-from fic.jsonl import append_rows, check_settings, load_done, write_json
+from fic.jsonl import check_settings, write_json
 
 from .rates import META_FILE, estimate_lines, write_rates
 
@@ -60,29 +65,84 @@ def _data_response(record) -> str | None:
     return record.reference
 
 
-def get_responses(backend, tokenizer, dataset: str, records, out_dir: Path, source: str, max_new_tokens: int,
-                  progress: bool) -> dict[str, dict]:  # fmt: skip
-    """item_id -> {"response", "correct"}; generated greedily once (cached in responses.jsonl) or taken from data."""
+def answer_key(row: dict) -> tuple:
+    """The identity of one assistant answer in `responses.jsonl`: dataset and item."""
+    return (row["dataset"], str(row["item_id"]))
+
+
+def answer_rows(backend, tokenizer, dataset: str, records, source: str, max_new_tokens: int,
+                progress: bool = False) -> list[dict]:  # fmt: skip
+    """The assistant answers of `records`: the model's (greedy, one batched call) or the data's, with their check."""
     from fic.data import check_answer
 
-    path = out_dir / "responses.jsonl"
-    cached = {r["item_id"]: r for r in load_done(path) if r["dataset"] == dataset}
-    todo = [r for r in records if r.id not in cached]
-    if todo and source == "model":
+    if source == "model":
         stop = turn_end_strings(tokenizer, "assistant")
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
-        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in todo]
-        outputs = backend.generate(prompts, params, progress=progress)
-        texts = [o[0].strip() for o in outputs]
+        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in records]
+        texts = [o[0].strip() for o in backend.generate(prompts, params, progress=progress)]
     else:
-        texts = [_data_response(r) for r in todo]
-    rows = [
+        texts = [_data_response(r) for r in records]
+    return [
         {"dataset": dataset, "item_id": r.id, "response": t, "correct": check_answer(r, t) if t else None}
-        for r, t in zip(todo, texts)
+        for r, t in zip(records, texts)
     ]
-    append_rows(path, rows)
-    cached.update({row["item_id"]: row for row in rows})
-    return cached
+
+
+def get_responses(out: RankedRows, backend, tokenizer, dataset: str, records, source: str, max_new_tokens: int,
+                  chunk_size: int, progress: bool) -> list[dict]:  # fmt: skip
+    """The answer rows of `records`, in order: made once in chunks of `chunk_size` records (the same batches whatever
+    the number of processes, so the same greedy text) and kept in `responses.jsonl` (`out`)."""
+    chunks = [records[i : i + chunk_size] for i in range(0, len(records), chunk_size)]
+    return out.run(
+        chunks,
+        keys=lambda chunk: [(dataset, str(r.id)) for r in chunk],
+        make=lambda chunk: answer_rows(backend, tokenizer, dataset, chunk, source, max_new_tokens, progress),
+    )
+
+
+@dataclass
+class ProbeJobs:
+    """The probe's jobs on one dataset: job `(c, temperature, perturbation)` writes `samples` user turns for each item
+    of chunk `c` in one generate call, seeded by the chunk alone, and judges them in their context and after the
+    context swap (`partner`: item id -> the answer it is swapped for; None: no swap)."""
+
+    backend: object
+    tokenizer: object
+    judge: object
+    dataset: str
+    chunks: list[list]
+    answers: dict
+    partner: dict | None
+    samples: int
+    max_new_tokens: int
+    seed: int
+
+    def jobs(self, temperatures, perturbations) -> list[tuple]:
+        return [(c, t, p) for c in range(len(self.chunks)) for t in temperatures for p in perturbations]
+
+    def keys(self, job: tuple) -> list[tuple]:
+        c, temp, pert = job
+        return [(self.dataset, str(r.id), float(temp), pert, s) for r in self.chunks[c] for s in range(self.samples)]
+
+    def make(self, job: tuple) -> list[dict]:
+        c, temp, pert = job
+        chunk = self.chunks[c]
+        contexts = [[*r.messages, {"role": "assistant", "content": perturb(self.answers[r.id]["response"], pert)}]
+                    for r in chunk]  # fmt: skip
+        prompts = [role_prefix(self.tokenizer, ctx, "user") for ctx in contexts]
+        params = SamplingParams(n=self.samples, temperature=temp, max_new_tokens=self.max_new_tokens,
+                                stop=turn_end_strings(self.tokenizer, "user"),
+                                seed=self.seed + 9973 * c + (RESEED if pert == SEED_FLOOR else 0))  # fmt: skip
+        outputs = self.backend.generate(prompts, params)
+        swapped = None
+        if self.partner is not None:
+            swapped = [
+                [*r.messages, {"role": "assistant", "content": perturb(self.partner[r.id], pert)}] for r in chunk
+            ]
+        verdicts, generic = judge_with_floor(self.judge, contexts, outputs, swapped)
+        meta = [{"dataset": self.dataset, "item_id": r.id, "temperature": float(temp), "perturbation": pert,
+                 "correct": self.answers[r.id]["correct"]} for r in chunk]  # fmt: skip
+        return turn_rows(meta, contexts, outputs, verdicts, generic)
 
 
 def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temperatures=(0.0, 0.3, 0.7, 1.0),
@@ -90,7 +150,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
               max_new_tokens: int = 64, response_tokens: int = 128, responses: str = "model", seed: int = 0,
               chunk_size: int = 32, max_context: int | None = None, progress: bool = True,
               report: bool = True, model: str | None = None, allow_judge_overlap: bool = False,
-              generic_floor: bool = True, outside_judge_fit: bool = False) -> dict:  # fmt: skip
+              generic_floor: bool = True, outside_judge_fit: bool = False, split: bool = False) -> dict:  # fmt: skip
     """Run the probe and write samples.jsonl, responses.jsonl, summary.json, plots and report.html; return the summary.
 
     Args:
@@ -113,6 +173,9 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         generic_floor: judge every turn again after the context swap (`generic_genuine`, the generic floor).
         outside_judge_fit: take the first `limit` items of each dataset that are outside the judge's fit, instead of
             the first `limit` items.
+        split: under a launch of several processes (`accelerate launch`, `torchrun`), split the answer chunks and the
+            jobs over them; every process calls `run_probe` with the same arguments, and the files (merged by the
+            main process, `fic.distributed.RankedRows`) and the summary are those of one process.
     """
     from fic.data import parse_spec
     from fic.judges import DEFAULT_JUDGE, make_judge
@@ -126,21 +189,31 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     overlap = check_items(judge, datasets, limit, allow_judge_overlap, outside_judge_fit)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    samples_path = out_dir / "samples.jsonl"
-    check_settings(out_dir, {
+    stored = {
         "model": model, "judge": getattr(judge, "name", type(judge).__name__), "samples": samples,
         "max_new_tokens": max_new_tokens, "response_tokens": response_tokens, "responses": responses, "seed": seed,
         "chunk_size": chunk_size,
-    })  # fmt: skip
-    done = {row_key(r) for r in load_done(samples_path)}
-    stop = turn_end_strings(tokenizer, "user")
+    }  # fmt: skip
+    settings = {
+        "datasets": list(datasets), "temperatures": [float(t) for t in temperatures], "samples": samples,
+        "perturbations": list(perturbations), "limit": limit, "max_new_tokens": max_new_tokens, "seed": seed,
+        "responses": responses, "judge": stored["judge"], "outside_judge_fit": outside_judge_fit,
+    }  # fmt: skip
+    check_same_on_every_rank("fic probe", {**stored, **settings, "generic_floor": generic_floor}, split)
+    with main_process_first(split):
+        check_settings(out_dir, stored)
+    samples_out = RankedRows(out_dir / "samples.jsonl", row_key, split)
+    answers_out = RankedRows(out_dir / "responses.jsonl", answer_key, split)
     context_limit = max_context or _context_limit(backend)
     context_limit = context_limit - max_new_tokens if context_limit else None
-    accuracy, skipped = {}, {}
+    accuracy, skipped, all_rows, all_answers = {}, {}, [], []
     for spec in datasets:
         name = parse_spec(spec)[0]
         records = probe_records(spec, limit, judge, outside_judge_fit)
-        answers = get_responses(backend, tokenizer, name, records, out_dir, responses, response_tokens, progress)
+        answer_list = get_responses(answers_out, backend, tokenizer, name, records, responses, response_tokens,
+                                    chunk_size, progress)  # fmt: skip
+        all_answers += answer_list
+        answers = {row["item_id"]: row for row in answer_list}
         items = [r for r in records if answers.get(r.id, {}).get("response")]
         fitting = [r for r in items if _fits(tokenizer, r.messages, answers[r.id]["response"], context_limit)]
         skipped[name] = {"no_response": len(records) - len(items), "too_long": len(items) - len(fitting)}
@@ -150,46 +223,27 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         items = fitting
         verdicts = [answers[r.id]["correct"] for r in items if answers[r.id]["correct"] is not None]
         accuracy[name] = {"accuracy": sum(verdicts) / len(verdicts) if verdicts else None, "n": len(verdicts)}
-        chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
-        jobs = [(c, t, p) for c in range(len(chunks)) for t in temperatures for p in perturbations]
         # The context swap pairs each item with the next one of the dataset (a fixed order, so resuming keeps it).
         partner = {r.id: answers[items[(k + 1) % len(items)].id]["response"] for k, r in enumerate(items)}
-        for c, temp, pert in tqdm(jobs, desc=f"probe {name}", disable=not progress, unit="chunk"):
-            chunk = chunks[c]
-            keys = [(name, str(r.id), float(temp), pert, s) for r in chunk for s in range(samples)]
-            if all(k in done for k in keys):
-                continue
-            contexts = [[*r.messages, {"role": "assistant", "content": perturb(answers[r.id]["response"], pert)}]
-                        for r in chunk]  # fmt: skip
-            prompts = [role_prefix(tokenizer, ctx, "user") for ctx in contexts]
-            params = SamplingParams(n=samples, temperature=temp, max_new_tokens=max_new_tokens, stop=stop,
-                                    seed=seed + 9973 * c + (RESEED if pert == SEED_FLOOR else 0))  # fmt: skip
-            outputs = backend.generate(prompts, params)
-            swapped = None
-            if generic_floor and len(items) > 1:
-                swapped = [
-                    [*r.messages, {"role": "assistant", "content": perturb(partner[r.id], pert)}] for r in chunk
-                ]
-            verdicts, generic = judge_with_floor(judge, contexts, outputs, swapped)
-            meta = [{"dataset": name, "item_id": record.id, "temperature": float(temp), "perturbation": pert,
-                     "correct": answers[record.id]["correct"]} for record in chunk]  # fmt: skip
-            rows = [r for r in turn_rows(meta, contexts, outputs, verdicts, generic) if row_key(r) not in done]
-            append_rows(samples_path, rows)
-            done.update(row_key(r) for r in rows)
-    settings = {
-        "datasets": list(datasets), "temperatures": [float(t) for t in temperatures], "samples": samples,
-        "perturbations": list(perturbations), "limit": limit, "max_new_tokens": max_new_tokens, "seed": seed,
-        "responses": responses, "judge": getattr(judge, "name", type(judge).__name__),
-        "outside_judge_fit": outside_judge_fit,
-    }  # fmt: skip
-    from fic.judges.validity import judge_validity
+        chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
+        swap = partner if generic_floor and len(items) > 1 else None
+        jobs = ProbeJobs(backend, tokenizer, judge, name, chunks, answers, swap, samples, max_new_tokens, seed)
+        all_rows += samples_out.run(jobs.jobs(temperatures, perturbations), jobs.keys, jobs.make,
+                                    desc=f"probe {name}", progress=progress)  # fmt: skip
+    samples_out.merge(all_rows)
+    answers_out.merge(all_answers)
 
-    validity = judge_validity(judge)
-    write_json(out_dir / META_FILE, {
-        "run_id": run_id(out_dir), "accuracy": accuracy, "skipped_items": skipped, "settings": settings,
-        "judge_overlap": overlap, "judge_validity": {"name": validity["name"], "version": validity["version"]},
-    })  # fmt: skip
-    return write_rates(out_dir, judge=judge, report=report, empty_ok=True)
+    def summarize_run() -> dict:
+        from fic.judges.validity import judge_validity
+
+        validity = judge_validity(judge)
+        write_json(out_dir / META_FILE, {
+            "run_id": run_id(out_dir), "accuracy": accuracy, "skipped_items": skipped, "settings": settings,
+            "judge_overlap": overlap, "judge_validity": {"name": validity["name"], "version": validity["version"]},
+        })  # fmt: skip
+        return write_rates(out_dir, judge=judge, report=report, empty_ok=True)
+
+    return on_main(summarize_run, split)
 
 
 def run_id(out_dir: Path) -> str:
@@ -273,6 +327,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="take the first --limit items of each dataset that the judge was not fitted on",
     )
+    parser.add_argument("--chunk-size", type=cli_args.positive_int, default=32, help="items per generate call (the "
+                        "unit of resuming, of the seeds and of the split over a launch's processes)")  # fmt: skip
     parser.add_argument("--no-generic-floor", action="store_true",
                         help="skip the context-swap control (each turn judged again after another item's answer)")  # fmt: skip
     cli_args.add_out_argument(parser)
@@ -281,6 +337,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
     from fic.data import load_source
+    from fic.distributed import launch_state
     from fic.generation import get_backend
     from fic.judges import make_judge
     from fic.modeling import load_tokenizer
@@ -296,15 +353,19 @@ def run(args: argparse.Namespace) -> int:
         load_source(spec, limit=args.limit)
     judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
     check_items(judge, datasets, args.limit, args.allow_judge_overlap, args.outside_judge_fit)  # before a model loads
-    backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args))
+    state = launch_state()  # under `accelerate launch` / torchrun: one group, the work split over its processes
+    backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args, state))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
     summary = run_probe(
         backend, tokenizer, datasets, args.out, temperatures=temperatures, samples=args.samples,
         perturbations=perturbations, judge=judge, limit=args.limit,
         max_new_tokens=args.max_new_tokens, response_tokens=args.response_tokens, responses=args.responses,
         seed=args.seed, model=args.model, allow_judge_overlap=args.allow_judge_overlap,
-        generic_floor=not args.no_generic_floor, outside_judge_fit=args.outside_judge_fit,
+        generic_floor=not args.no_generic_floor, outside_judge_fit=args.outside_judge_fit, chunk_size=args.chunk_size,
+        split=True,
     )  # fmt: skip
+    if not state.is_main_process:
+        return 0
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():
             for pert, cell in perts.items():

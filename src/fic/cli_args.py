@@ -3,6 +3,7 @@
 | idea                     | flag                                                                   |
 |--------------------------|------------------------------------------------------------------------|
 | the model under test     | `--model`, `--tokenizer`, `--backend`, `--base-url`                    |
+| its GPUs with vLLM       | `--tensor-parallel-size`, `--data-parallel-size`                       |
 | the follow-up judge      | `--judge`, `--judge-base-url`, `--judge-model`                         |
 | where results go         | `--out DIR` (always a folder)                                          |
 | how many items           | `--limit` (items per dataset, instructions, episodes)                  |
@@ -107,6 +108,11 @@ def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tok
                         "(the decode batch holds batch-size x samples rows; larger is faster until memory runs out)")  # fmt: skip
     parser.add_argument("--max-batch-tokens", type=positive_int, help="transformers backend: at most this many padded "
                         "prompt tokens per batch (prompts x the longest); long prompts then run in smaller batches")  # fmt: skip
+    if "vllm" in backends:
+        parser.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="vllm backend: GPUs each "
+                            "copy of the model is split over (vllm.LLM's tensor_parallel_size)")  # fmt: skip
+        parser.add_argument("--data-parallel-size", type=positive_int, default=1, help="vllm backend: copies of the "
+                            "model vLLM serves the prompts with (vllm.LLM's data_parallel_size)")  # fmt: skip
 
 
 def backend_name(args) -> str:
@@ -114,17 +120,32 @@ def backend_name(args) -> str:
     return "openai" if getattr(args, "base_url", None) else args.backend
 
 
-def backend_kwargs(args) -> dict:
-    """`get_backend` keywords of the model arguments: the endpoint for openai, the batch size for transformers."""
+def backend_kwargs(args, state=None) -> dict:
+    """`get_backend` keywords of the model arguments: the endpoint for openai, the batch size for transformers, the
+    parallel sizes for vllm.
+
+    `state`: the launch's `accelerate.PartialState` when the command splits its work over the processes of a launch
+    (`fic.distributed.launch_state`): each transformers process then loads the model on its own device. vLLM spreads
+    over GPUs itself, from one process (`--tensor-parallel-size`, `--data-parallel-size`): a launch of several is
+    refused.
+    """
     name = backend_name(args)
+    processes = state.num_processes if state is not None else 1
     if name == "openai":
         return {"base_url": args.base_url}
     if name == "transformers":
-        return {
+        kwargs = {
             "batch_size": getattr(args, "batch_size", 8),
             "max_batch_tokens": getattr(args, "max_batch_tokens", None),
         }
-    return {}
+        return {**kwargs, "device": str(state.device)} if processes > 1 else kwargs
+    if processes > 1:
+        raise ArgumentError(f"--backend vllm under a launch of {processes} processes: start one process and let vLLM "
+                            "use the GPUs (--data-parallel-size N, --tensor-parallel-size N)")  # fmt: skip
+    return {
+        "tensor_parallel_size": getattr(args, "tensor_parallel_size", 1),
+        "data_parallel_size": getattr(args, "data_parallel_size", 1),
+    }
 
 
 def add_judge_arguments(parser, default: str = DEFAULT_JUDGE) -> None:
@@ -205,6 +226,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "chat endpoint); or use --judge heuristic")  # fmt: skip
     if getattr(args, "backend", None) == "openai" and hasattr(args, "base_url") and not args.base_url:
         parser.error("--backend openai needs --base-url URL (an OpenAI-compatible /v1 completions endpoint)")
+    for flag in ("tensor_parallel_size", "data_parallel_size"):
+        if getattr(args, flag, 1) > 1 and backend_name(args) != "vllm":
+            parser.error(f"--{flag.replace('_', '-')} is a vllm backend setting; add --backend vllm or leave it out")
     if getattr(args, "user", None) == "llm" and hasattr(args, "user_base_url") and not args.user_base_url:
         parser.error("--user llm needs --user-base-url URL and --user-model NAME (an OpenAI-compatible chat endpoint)")
     out = getattr(args, "out", None)

@@ -1,13 +1,25 @@
-"""Multi-process runs on machines without a GPU (tests, CPU clusters).
+"""Multi-process runs: the process group on machines without a GPU, and work split over the ranks of a launch.
 
 `accelerate launch --config_file accelerate_configs/cpu.yaml --num_processes N` starts N processes through
 torchrun. Without CUDA, accelerate would treat each of them as a lone process unless told to use the CPU; this sets
 `ACCELERATE_USE_CPU` for such launches so the N processes form one gloo group (rank, world size, barriers).
+
+Work before training is split with `map_across_ranks`; the evaluations launched on several processes (`fic probe`,
+`fic lic`) write through `RankedRows`: each rank its own part file, merged into the file one process would write.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from fic.errors import FicError
+from fic.jsonl import append_rows, load_done
+
+logger = logging.getLogger(__name__)
 
 
 def use_cpu_group_without_gpu() -> bool:
@@ -74,3 +86,140 @@ def map_across_ranks(fn, items: list) -> list:
     local = list(fn(share)) if share else []
     parts = gather_object([local])  # one entry per rank, in rank order
     return [x for part in parts for x in part]
+
+
+class LaunchError(FicError, ValueError):
+    """The processes of a launch that cannot work together, e.g. started with different settings."""
+
+
+def launch_state():
+    """This process's accelerate `PartialState`. Under a torchrun-style launch (`accelerate launch`, `torchrun`:
+    WORLD_SIZE, RANK and LOCAL_RANK set) the processes join one group here, a gloo one on a machine without CUDA
+    (`use_cpu_group_without_gpu`); a plain process is a group of one."""
+    use_cpu_group_without_gpu()
+    from accelerate import PartialState
+
+    # as the Trainer does (TrainingArguments.use_cpu): accelerate reads no environment variable for this itself
+    return PartialState(cpu=os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true")
+
+
+@contextmanager
+def main_process_first(split: bool = True):
+    """The block runs on the main process, then on the others (two barriers); with `split=False` simply here."""
+    if not split:
+        yield
+        return
+    with launch_state().main_process_first():
+        yield
+
+
+def on_main(fn, split: bool = True):
+    """`fn()` run on the main process only; every rank returns its result (one broadcast; `split=False`: here)."""
+    state = launch_state() if split else None
+    if state is None or state.num_processes <= 1:
+        return fn()
+    from accelerate.utils import broadcast_object_list
+
+    value = [fn() if state.is_main_process else None]
+    broadcast_object_list(value)
+    return value[0]
+
+
+def disagreement(values: list[dict]) -> str | None:
+    """Where the ranks' `values` differ from rank 0's (`rank 1: seed 0 -> 1`), or None when they all agree."""
+    first, found = values[0], []
+    for rank, value in enumerate(values[1:], 1):
+        keys = [k for k in sorted(set(first) | set(value), key=str) if first.get(k) != value.get(k)]
+        found += [f"rank {rank}: {k} {first.get(k)!r} -> {value.get(k)!r}" for k in keys]
+    return "; ".join(found) or None
+
+
+def check_same_on_every_rank(what: str, value: dict, split: bool = True) -> None:
+    """Raise the same `LaunchError` on every rank when the processes of a launch hold different `value`s (one gather,
+    so every rank stops here together instead of waiting on a collective the other never reaches)."""
+    if not split or launch_state().num_processes <= 1:
+        return
+    from accelerate.utils import gather_object
+
+    found = disagreement(gather_object([json.loads(json.dumps(value))]))
+    if found:
+        raise LaunchError(f"{what}: the processes of this launch disagree ({found}); start every process with the "
+                          "same arguments")  # fmt: skip
+
+
+class RankedRows:
+    """A resumable JSONL output (`fic.jsonl`) that the processes of a launch fill together, in the order one process
+    would write it.
+
+    The work is a list of jobs, each making a list of rows with known keys. With one process (or `split=False`), the
+    jobs run here and their rows are appended to `path` as each job finishes, as every evaluation writes. Under a
+    launch of N processes, rank r runs its contiguous share of the jobs (`map_across_ranks`) and appends their rows to
+    its own part, `parts/<stem>.rank<r>.jsonl` beside `path` (no two processes append to one file); a rerun resumes
+    each rank from `path` and its own part. `merge` then appends to `path` the rows it lacks, in job order, and
+    deletes the parts, so the merged file is the one a single process would have written, whatever the number of
+    processes. A job whose rows are all stored returns them as stored instead of running.
+
+    Args:
+        path: the merged file.
+        key: a row's identity (e.g. `fic.followup_summary.row_key`); jobs never share a key.
+        split: spread the jobs over the launch's processes (every process must then make the same calls); `False`
+            runs them all here (e.g. the evaluation inside training, on its main process only).
+    """
+
+    def __init__(self, path: str | Path, key, split: bool = True):
+        self.path, self.key = Path(path), key
+        state = launch_state() if split else None
+        self.ranks = state.num_processes if state is not None else 1
+        self.rank = state.process_index if state is not None else 0
+        parts = self.path.parent / "parts"
+        self.part = self.path if self.ranks == 1 else parts / f"{self.path.stem}.rank{self.rank}{self.path.suffix}"
+        with main_process_first(self.ranks > 1):  # the main process cuts a damaged last line before the others read
+            stored = load_done(self.path)
+        self.merged = {key(r) for r in stored}
+        self.written = set(self.merged)  # in `path` or this rank's part
+        self.rows = {key(r): r for r in stored}
+        # Several processes: this rank's own part. One: every part a killed launch left (no other process writes now).
+        for part in [self.part] if self.ranks > 1 else sorted(parts.glob(f"{self.path.stem}.rank*{self.path.suffix}")):
+            own = load_done(part)
+            if own:
+                logger.info("%s: resuming from %d rows of %s", self.path.name, len(own), part)
+            for row in own:
+                self.rows.setdefault(key(row), row)
+            if part == self.part:
+                self.written |= {key(r) for r in own}
+
+    def run(self, jobs: list, keys, make, desc: str = "", progress: bool = False) -> list[dict]:
+        """Every job's rows, in job order, on every rank. `keys(job)` lists a job's row keys; `make(job)` makes its
+        rows, called only for jobs with a key not stored yet, on the rank that owns the job."""
+        from tqdm.auto import tqdm
+
+        def run_share(share: list) -> list[list[dict]]:
+            return [self._job(job, keys, make) for job in tqdm(share, desc=desc, disable=not progress, unit="job")]
+
+        done = map_across_ranks(run_share, jobs) if self.ranks > 1 else run_share(list(jobs))
+        return [row for rows in done for row in rows]
+
+    def _job(self, job, keys, make) -> list[dict]:
+        wanted = keys(job)
+        if all(k in self.rows for k in wanted):
+            rows = [self.rows[k] for k in wanted]
+        else:
+            rows = [self.rows.get(self.key(r), r) for r in make(job)]
+            self.rows.update((self.key(r), r) for r in rows)
+        append_rows(self.part, [r for r in rows if self.key(r) not in self.written])
+        self.written |= {self.key(r) for r in rows}
+        return rows
+
+    def merge(self, rows: list[dict]) -> None:
+        """Append to `path` the `rows` (every rank's, in job order, as `run` returns them) it lacks, then delete the
+        parts. A collective with several processes: every rank calls it once, after its last `run`."""
+        if self.ranks > 1:
+            state = launch_state()
+            if state.is_main_process:
+                append_rows(self.path, [r for r in rows if self.key(r) not in self.merged])
+            state.wait_for_everyone()
+        parts = self.path.parent / "parts"
+        for part in parts.glob(f"{self.path.stem}.rank*{self.path.suffix}"):
+            part.unlink(missing_ok=True)
+        with suppress(OSError):  # absent, removed by another rank, or still holding the parts of another file
+            parts.rmdir()

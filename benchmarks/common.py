@@ -374,18 +374,23 @@ def _reset_hwm() -> bool:
         return False
 
 
-def run_worker(script: str | Path, variant: str, args: argparse.Namespace, extra: list[str] | None = None) -> dict:
+def run_worker(script: str | Path, variant: str, args: argparse.Namespace, extra: list[str] | None = None,
+               launcher: list[str] | None = None, measure_memory: bool = True) -> dict:  # fmt: skip
     """Run `script --worker variant` in a fresh Python process with the same flags; return its JSON result.
 
-    The worker prints its measurements as the last line of stdout (see `worker_result`).
+    The worker prints its measurements as the last line of stdout (see `worker_result`). `launcher` replaces the
+    Python interpreter that runs `script` (e.g. `accelerate launch --num_processes 2`). `measure_memory=False` keeps
+    glibc's default allocator settings (the 64 KiB mapping threshold below slows torch on CPU down by a third or more:
+    fine for a peak, not for a speed).
     """
-    cmd = [sys.executable, str(script), "--worker", variant, "--size", args.size, "--device", args.device]
+    cmd = [*(launcher or [sys.executable]), str(script), "--worker", variant, "--size", args.size]
+    cmd += ["--device", args.device]
     cmd += ["--seed", str(args.seed), "--results-dir", ""]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     cmd += extra or []
     # Every allocation above 64 KiB its own mapping, returned when freed (see PeakMemory).
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"MALLOC_MMAP_THRESHOLD_": "65536"} if measure_memory else {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
     if proc.returncode != 0:
         raise RuntimeError(

@@ -21,7 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = (
-    "probe_throughput", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl", "vasd_onpolicy",
+    "probe_throughput", "probe_parallel", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl",
+    "vasd_onpolicy",
 )  # fmt: skip
 
 

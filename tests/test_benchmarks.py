@@ -1,7 +1,8 @@
 """The benchmark harness and every benchmark script at its smallest size (a smoke test: figures present and finite).
 
-Never a timing target here: timings on a shared CI machine are noise; `make bench` measures them. The only figure
-checked against a bound is the chunked divergence's numerical agreement with the full-logit reference.
+Never a timing target here: timings on a shared CI machine are noise; `make bench` measures them. The only figures
+checked are correctness ones: the chunked divergence's numerical agreement with the full-logit reference, and the
+2-process probe's samples equal to the 1-process ones.
 """
 
 import json
@@ -21,6 +22,7 @@ import run_all  # noqa: E402
 
 FIGURES = {
     "probe_throughput": ["speedup", "turns_per_s", "naive_turns_per_s", "speedup_one_prompt_per_batch"],
+    "probe_parallel": ["speedup", "turns_per_s_one", "turns_per_s_two", "wall_speedup", "identical"],
     "judge_throughput": [
         "cases_per_s",
         "encoder_bound_cases_per_s",
@@ -127,3 +129,5 @@ def test_benchmark_smoke(name, tmp_path):
     assert record["settings"]["size"] == "smoke" and record["versions"]["torch"] and record["machine"]
     if name == "chunked_divergence":  # correctness, not speed: the chunked loss and gradient match the reference
         assert line["max_abs_diff"] <= 1e-4
+    if name == "probe_parallel":  # correctness, not speed: 2 processes wrote the samples of 1
+        assert line["identical"] == 1

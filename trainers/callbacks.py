@@ -19,10 +19,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from accelerate import PartialState
+from accelerate.utils import DistributedType, extract_model_from_parallel
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import TrainerCallback
+from transformers.integrations import is_deepspeed_zero3_enabled
 
+from fic.eval.checkpoint_io import CheckpointLock, make_backend
+from fic.eval.checkpoint_runs import evaluate_checkpoint
 from fic.eval.config import EvalConfig
-from fic.jsonl import write_json
+from fic.eval.report import spread
+from fic.generation import get_backend
+from fic.jsonl import load_done, write_json
+from fic.recipe import RecipeError
 from fic.tracking import redact, update_wandb_config, wandb_run
 
 logger = logging.getLogger(__name__)
@@ -30,30 +39,20 @@ logger = logging.getLogger(__name__)
 
 def wait_for_everyone() -> None:
     """Barrier across training processes (a no-op in a single process)."""
-    from accelerate import PartialState
-
     PartialState().wait_for_everyone()
 
 
 def parameters_sharded() -> bool:
     """Whether the model's parameters are split across processes (FSDP or DeepSpeed ZeRO-3)."""
-    from accelerate import PartialState
-    from accelerate.utils import DistributedType
-
     kind = PartialState().distributed_type
     if kind == DistributedType.FSDP:
         return True
     if kind == DistributedType.DEEPSPEED:
-        from transformers.integrations import is_deepspeed_zero3_enabled
-
         return is_deepspeed_zero3_enabled()
     return False
 
 
 def fsdp_enabled() -> bool:
-    from accelerate import PartialState
-    from accelerate.utils import DistributedType
-
     return PartialState().distributed_type == DistributedType.FSDP
 
 
@@ -70,10 +69,6 @@ def full_weights(checkpoint: Path, model, tokenizer) -> Path:
     """
     if any((checkpoint / name).is_file() for name in WEIGHT_FILES):
         return checkpoint
-    from accelerate import PartialState
-    from accelerate.utils import extract_model_from_parallel
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     state_dict = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     target = checkpoint / "full_model"
     if PartialState().is_main_process:
@@ -102,8 +97,6 @@ def _tokenizer_of(processing_class):
 
 def sample_table_rows(samples: list[dict], limit: int, step: int) -> list[list]:
     """Up to `limit` probe rows, spread over (dataset, temperature, control) cells, as wandb table rows."""
-    from fic.eval.report import spread
-
     picked = spread(samples, limit, lambda r: (r["dataset"], float(r["temperature"]), r.get("perturbation", "none")))
     rows = []
     for r in picked:
@@ -152,8 +145,6 @@ class EvalCallback(TrainerCallback):
 
     def __init__(self, config: EvalConfig, tokenizer=None, recipe=None):
         if config.backend != "transformers":
-            from fic.recipe import RecipeError
-
             raise RecipeError(
                 f"eval.backend={config.backend!r}: the training callback evaluates the model in memory with "
                 "transformers. Use eval.backend=transformers, or set eval.enabled=false and run "
@@ -196,12 +187,6 @@ class EvalCallback(TrainerCallback):
     def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir, weights=None) -> dict:
         """`fic.eval.checkpoints.evaluate_checkpoint` (the step `fic eval-checkpoints` takes) on the model in memory or
         on the checkpoint read back from disk; then the record goes to wandb."""
-        from accelerate.utils import extract_model_from_parallel
-
-        from fic.eval.checkpoint_io import CheckpointLock, make_backend
-        from fic.eval.checkpoint_runs import evaluate_checkpoint
-        from fic.generation import get_backend
-
         load_from = self._load_from()
         if load_from == "memory" and model is None:
             raise ValueError("EvalCallback: the Trainer passed no model to on_save; set eval.load_from=disk")
@@ -232,13 +217,11 @@ class EvalCallback(TrainerCallback):
         run = wandb_run()
         if run is None:
             return
-        import wandb
+        import wandb  # heavy: wandb loads only when a wandb run is active
 
         logs = {**record["metrics"], "train/global_step": step}
         samples_path = checkpoint / "eval" / "probe" / "samples.jsonl"
         if self.config.log_samples and samples_path.is_file():
-            from fic.jsonl import load_done
-
             rows = sample_table_rows(load_done(samples_path), self.config.log_samples, step)
             logs["probe/samples"] = wandb.Table(columns=SAMPLE_COLUMNS, data=rows)
         run.log(logs)

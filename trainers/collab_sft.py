@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
-from fic.judges import JUDGE_KINDS, JudgeKind
+from fic.data.followups import (
+    contexts_from_records,
+    drop_overlap,
+    real_conversations,
+    rejection_sample,
+    template_followups,
+)
+from fic.judges import JUDGE_KINDS, JudgeKind, make_judge
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
@@ -164,14 +171,6 @@ def _drop_cut_conversations(dataset, args, dataset_name):
 def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eval_config,
                            allow_test: bool = False) -> tuple[list[dict], dict]:  # fmt: skip
     """The training conversations for `args` (none opening a `heldout` conversation) and a summary of their origin."""
-    from fic.data.followups import (
-        contexts_from_records,
-        drop_overlap,
-        real_conversations,
-        rejection_sample,
-        template_followups,
-    )
-    from fic.judges import make_judge
 
     def load_records(specs, limit, field):
         return load_training_records(field, specs, limit, allow_test)

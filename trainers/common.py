@@ -15,10 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from fic.chat import set_template_kwargs
 from fic.checkpoint_state import checkpoint_problem
+from fic.data.sources import check_specs
+from fic.eval.config import EvalConfig
+from fic.followup_summary import compare
+from fic.jsonl import write_rows
 from fic.modeling import ModelArguments, load_model_and_tokenizer, peft_config
-from fic.recipe import Recipe
+from fic.recipe import Recipe, RecipeError
 from fic.tracking import SECRET_MARKERS, configure_wandb, public_config  # noqa: F401  (re-exported)
+
+from .callbacks import EvalCallback, WatchCommandCallback
+from .preemption import PreemptionCallback
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +54,6 @@ def check_recipe_data(recipe: Recipe, **fields: list[str]) -> None:
         recipe: the parsed recipe; its held-out `eval.datasets` are checked when the evaluation is enabled.
         fields: the method's training specs by recipe key, e.g. `contexts=args.contexts`.
     """
-    from fic.data.sources import check_specs
-    from fic.eval.config import EvalConfig
-
     check_specs("eval.datasets", recipe.get(EvalConfig).datasets)
     for name, specs in fields.items():
         check_specs(name, specs)
@@ -58,8 +66,6 @@ def configure_tracking(args) -> None:
 
 def prepare(recipe: Recipe, config_class: type) -> Run:
     """Parsed configs, model, tokenizer and LoRA config for `recipe`, with tracking configured."""
-    from fic.eval.config import EvalConfig
-
     args = recipe.get(config_class)
     model_args = recipe.get(ModelArguments)
     configure_tracking(args)
@@ -68,8 +74,6 @@ def prepare(recipe: Recipe, config_class: type) -> Run:
     model, tokenizer = load_model_and_tokenizer(model_args)
     template_kwargs = getattr(args, "chat_template_kwargs", None)
     if template_kwargs:
-        from fic.chat import set_template_kwargs
-
         set_template_kwargs(tokenizer, template_kwargs)
     check_master_weights(model, args, peft=peft_config(model_args) is not None)
     return Run(
@@ -89,14 +93,10 @@ def check_master_weights(model, args, peft: bool) -> None:
     Full-parameter training needs fp32 master weights: load the model in float32 with `bf16: true` (autocast), or
     let DeepSpeed keep them (its bf16 mode holds fp32 master weights). LoRA adapters are fp32 by default (PEFT).
     """
-    import torch
-
     if peft or getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         return
     low = {p.dtype for p in model.parameters() if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16)}
     if low:
-        from fic.recipe import RecipeError
-
         raise RecipeError(
             f"dtype: the trainable weights are {', '.join(sorted(str(d) for d in low))} and an optimizer step on them "
             "rounds most updates away (pure low-precision AdamW); set dtype=float32 with bf16=true (fp32 master "
@@ -111,9 +111,6 @@ def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) ->
     `OUTPUT_DIR/eval_turns/{before,after}.jsonl` (`fic review` and `fic rates` read them) and the summary gains
     `difference`: after - before, paired by item with a clustered bootstrap interval and p-value
     (`fic.followup_summary.compare`), which says "no detectable change" when the interval covers 0."""
-    from fic.followup_summary import compare
-    from fic.jsonl import write_rows
-
     output_dir = Path(output_dir)
     before, after = dict(before), dict(after)
     rows = {"before": before.pop("rows", None), "after": after.pop("rows", None)}
@@ -134,16 +131,10 @@ def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) ->
 def default_callbacks(run: Run) -> list:
     """Callbacks every fic trainer installs: SIGTERM preemption, and checkpoint evaluation when `eval.enabled` (when
     it is off, the command that evaluates the checkpoints elsewhere is logged)."""
-    from .preemption import PreemptionCallback
-
     callbacks = [PreemptionCallback()]
     if run.eval is not None and run.eval.enabled:
-        from .callbacks import EvalCallback
-
         callbacks.append(EvalCallback(run.eval, tokenizer=run.tokenizer, recipe=run.recipe))
     elif run.eval is not None:
-        from .callbacks import WatchCommandCallback
-
         callbacks.append(WatchCommandCallback(run.eval))
     return callbacks
 
@@ -155,14 +146,10 @@ def resume_point(args) -> str | bool | None:
     `output_dir` that is whole: folders cut off by a kill during a save, or with damaged files, are skipped with a
     warning (nothing to resume from is fine: the run starts fresh). A named folder that is not whole is an error.
     """
-    from fic.recipe import RecipeError
-
     value = getattr(args, "resume_from_checkpoint", None)
     if value in (None, "", "false", "False", False):
         return None
     if value in ("auto", "true", "True", True):
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
         out = Path(args.output_dir)
         found = [p for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir()] if out.is_dir() else []
         found = [p for p in found if p.name.split("-")[-1].isdigit()]

@@ -25,13 +25,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from fic import metric_names
 from fic.chat import turn_end_strings
-from fic.judges import JUDGE_KINDS, JudgeKind
+from fic.data.followups import contexts_from_records, drop_overlap
+from fic.distributed import map_across_ranks
+from fic.followup_eval import probe_prompts
+from fic.judges import JUDGE_KINDS, JudgeKind, make_judge
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
+from fic.trainers.heldout import (
+    check_heldout_judge,
+    eval_judge,
+    evaluate_followups,
+    heldout_contexts,
+    heldout_records,
+    load_training_records,
+    local_backend,
+)
 from fic.trainers.plan import MethodPlan
 from fic.trainers.rewards import REWARDS, check_penalties, get_reward
 
@@ -133,15 +146,11 @@ class FollowupRLTrainer(GRPOTrainer):
 
 def prompt_rows(tokenizer, contexts: list[dict]) -> list[dict]:
     """GRPO rows: `prompt` (raw text ending in the user header) and `context` (the messages, for the reward)."""
-    from fic.followup_eval import probe_prompts
-
     prompts = probe_prompts(tokenizer, [c["messages"] for c in contexts])
     return [{"prompt": p, "context": c["messages"]} for p, c in zip(prompts, contexts)]
 
 
 def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
-    from fic.judges import make_judge
-
     judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model)
     settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer))
     return [get_reward(name, **settings) for name in args.rewards]
@@ -179,20 +188,6 @@ def check_recipe(recipe) -> None:
 
 
 def main(recipe) -> None:
-    from datasets import Dataset
-
-    from fic.data.followups import contexts_from_records, drop_overlap
-    from fic.distributed import map_across_ranks
-    from fic.trainers.heldout import (
-        check_heldout_judge,
-        eval_judge,
-        evaluate_followups,
-        heldout_contexts,
-        heldout_records,
-        load_training_records,
-        local_backend,
-    )
-
     start = time.time()
     check_recipe(recipe)
     run = prepare(recipe, CONFIG_CLASS)

@@ -4,33 +4,34 @@ genuine follow-up rate through `fic.followup_eval`; plus the training-data loade
 
 from __future__ import annotations
 
+import torch
+
+from fic.data.followups import contexts_from_records, load_records
+from fic.data.splits import load_training
+from fic.distributed import map_across_ranks
+from fic.followup_eval import genuine_followup_rate
+from fic.generation import HFBackend
+from fic.judges import make_judge
+from fic.judges.provenance import check_overlap
+from fic.judges.validity import judge_validity
+
 
 def local_backend(model, tokenizer):
     """A transformers backend on the in-memory model, on the GPU when there is one (prepare() loads on CPU)."""
-    import torch
-
-    from fic.generation import HFBackend
-
     return HFBackend(model, tokenizer, device="cuda" if torch.cuda.is_available() else None)
 
 
 def heldout_records(eval_config) -> list:
     """The held-out items of the `eval:` block's datasets (`eval.limit` each); every rank reads them, so every rank
     drops the same overlapping training conversations."""
-    from fic.data.followups import load_records
-
     return load_records(eval_config.datasets, eval_config.limit) if eval_config.datasets else []
 
 
 def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> list[dict]:
     """Held-out contexts: the held-out items with the answers `eval.responses` names: `data` (the data's) or `model`
     (the base model's greedy answer within `eval.response_tokens`, generated once so before and after share them)."""
-    from fic.data.followups import contexts_from_records
-
     if not records:
         return []
-    from fic.distributed import map_across_ranks
-
     answers = eval_config.responses
     backend = local_backend(model, tokenizer) if answers == "model" else None
     # Each rank answers its share of the items (every rank gets every context): once, not once per rank.
@@ -40,15 +41,11 @@ def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> 
 
 
 def eval_judge(eval_config):
-    from fic.judges import make_judge
-
     return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
 
 
 def check_heldout_judge(records: list, eval_config, judge) -> dict:
     """The held-out items against the judge's fit: refused in one line unless `eval.allow_judge_overlap`."""
-    from fic.judges.provenance import check_overlap
-
     items = [(r.source, r.id, r.messages) for r in records]
     return check_overlap(judge, items, eval_config.allow_judge_overlap, "eval.allow_judge_overlap=true")
 
@@ -58,10 +55,6 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
 
     `split`: every rank calls this and samples and judges its share of the contexts (the evaluation before training:
     no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
-    from fic.distributed import map_across_ranks
-    from fic.followup_eval import genuine_followup_rate
-    from fic.judges.validity import judge_validity
-
     return genuine_followup_rate(
         local_backend(model, tokenizer),
         tokenizer,
@@ -80,6 +73,4 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
 def load_training_records(field: str, specs: list[str], limit: int | None, allow_test: bool = False) -> list:
     """Records of training datasets: a bare hub name reads its train split, a test split is refused
     (`fic.data.splits`)."""
-    from fic.data.splits import load_training
-
     return [record for spec in specs for record in load_training(field, spec, limit=limit, allow_test=allow_test)]

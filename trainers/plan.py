@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fic.data import load_source
+from fic.data.sources import get_source, parse_spec
+from fic.data.splits import check_training_split, spec_split, split_spec
 from fic.errors import FicError
+from fic.eval.config import EvalConfig
+from fic.judges import make_judge
+from fic.judges.provenance import overlap, overlap_line
 
 
 class PlanError(FicError, ValueError):
@@ -95,9 +101,6 @@ def item_hash(record) -> str:
 
 def source_key(spec: str, split: str | None) -> str:
     """What identifies the data behind a spec: the resolved file, or the hub source and split."""
-    from fic.data.sources import parse_spec
-    from fic.data.splits import split_spec
-
     bare, _ = split_spec(spec)
     name, path = parse_spec(bare)
     if path is not None:
@@ -106,10 +109,6 @@ def source_key(spec: str, split: str | None) -> str:
 
 
 def read(role: str, field_name: str, spec: str, limit: int | None) -> DataPlan:
-    from fic.data import load_source
-    from fic.data.sources import get_source, parse_spec
-    from fic.data.splits import spec_split, split_spec
-
     item = DataPlan(role, field_name, spec, limit)
     try:
         item.split = spec_split(spec, training=role == "train")
@@ -130,8 +129,6 @@ def read(role: str, field_name: str, spec: str, limit: int | None) -> DataPlan:
 
 def datasets(recipe, plan: MethodPlan) -> list[DataPlan]:
     """Every dataset the recipe names, with its role."""
-    from fic.eval.config import EvalConfig
-
     args = method_args(recipe)
     ev = recipe.get(EvalConfig)
     out = [read(role, field_name, spec, limit) for role, field_name, spec, limit in plan.reads(args, ev)]
@@ -142,15 +139,11 @@ def datasets(recipe, plan: MethodPlan) -> list[DataPlan]:
 
 def method_args(recipe):
     """The method's own config (its `<Method>Config`) among the recipe's parsed dataclasses."""
-    from fic.eval.config import EvalConfig
-
     return next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
 
 
 def check(recipe, items: list[DataPlan], plan: MethodPlan) -> list[str]:
     """Raise `PlanError` on a test split in training or on train/eval overlap; notes for overlaps a trainer drops."""
-    from fic.data.splits import check_training_split
-
     notes = []
     allow_test = bool(recipe.raw.get("train_on_test"))
     drops = plan.drops_heldout
@@ -205,8 +198,6 @@ def schedule(recipe, args, train_rows: int | None, processes: int, plan: MethodP
         lines.append(f"warmup steps: {warm}")
     saves = save_steps(args, steps, examples, per_step)
     lines.append(f"saves: {len(saves)} at steps {saves[:12]}{' ...' if len(saves) > 12 else ''}")
-    from fic.eval.config import EvalConfig
-
     ev = recipe.get(EvalConfig)
     if ev.enabled:
         fired = saves[ev.every_n_saves - 1 :: ev.every_n_saves]
@@ -230,8 +221,6 @@ def save_steps(args, steps: int | None, examples: int | None, per_step: int) -> 
 
 
 def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
-    from fic.eval.config import EvalConfig
-
     ev = recipe.get(EvalConfig)
     lines = []
     per_prompt = sum(1 if t == 0 else ev.samples for t in ev.temperatures) * max(len(ev.perturbations), 1)
@@ -251,11 +240,6 @@ def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
 
 def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
     """The probe's held-out items against the evaluation judge's fit (`fic.judges.provenance`): one line."""
-    from fic.data import parse_spec
-    from fic.eval.config import EvalConfig
-    from fic.judges import make_judge
-    from fic.judges.provenance import overlap, overlap_line
-
     ev = recipe.get(EvalConfig)
     evaluated = [(parse_spec(i.spec)[0], r.id, r.messages) for i in items
                  if i.role == "eval" and i.field == "eval.datasets" and i.records for r in i.records]  # fmt: skip
@@ -273,8 +257,6 @@ def make_plan(recipe, processes: int, module) -> str:
     training or train/eval overlap."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from fic.eval.config import EvalConfig
-
     plan: MethodPlan = module.PLAN
     args = method_args(recipe)
     items = datasets(recipe, plan)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 import signal
 
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
 from transformers import TrainerCallback
 
 logger = logging.getLogger(__name__)
@@ -49,13 +52,8 @@ def agreed(requested: bool) -> bool:
     the others waiting in their next step's gradient all-reduce (or in the save's own collectives) until they time
     out. All ranks stop at the same step end instead, and save the same checkpoint together.
     """
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
         return requested
-    import torch
-    from accelerate import PartialState
-
     flag = torch.tensor([1 if requested else 0], dtype=torch.int32, device=PartialState().device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())

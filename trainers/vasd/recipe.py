@@ -5,11 +5,27 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import shutil
+import time
 from pathlib import Path
 
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+
+from fic.chat import full_view, render, sharded_view, validate_messages
 from fic.data.records import DataError
+from fic.data.sharding import shard_math_problem
+from fic.data.splits import load_training
+from fic.data.synthetic import make_tasks, vasd_shard_rows
+from fic.eval.lic import LiCTask, evaluate_views, run_lic
+from fic.generation import HFBackend
+from fic.modeling import ModelArguments, resolve_model_name
 from fic.recipe import RecipeError
+from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
 from fic.trainers.plan import MethodPlan
 from fic.trainers.vasd.trainer import VASDConfig, VASDTrainer
 
@@ -20,11 +36,6 @@ CONFIG_CLASS = VASDConfig
 
 def load_rows(path: str) -> list[dict]:
     """VASD rows from a JSONL file; each row needs `prompt` and `teacher_prompt` message lists."""
-    import json
-    from pathlib import Path
-
-    from fic.chat import validate_messages
-
     file = Path(path)
     if not file.is_file():
         raise DataError(f"train_data: {path!r} is not a file; pass a JSONL of rows with prompt and teacher_prompt")
@@ -49,8 +60,6 @@ def load_rows(path: str) -> list[dict]:
 def reference_completion(reference: str) -> str:
     """A reference solution as an off-policy completion: without GSM8K's `<<48/2=24>>` calculator annotations, which
     the data's annotators' tool wrote and neither view of the model would (`48/2 = <<48/2=24>>24` -> `48/2 = 24`)."""
-    import re
-
     return re.sub(r"<<[^<>]*>>", "", reference)
 
 
@@ -61,10 +70,6 @@ def dataset_rows(spec: str, limit: int | None = None, allow_test: bool = False) 
     `teacher_prompt` (the fully specified single-turn view) and, when the data has one, the reference `completion`.
     Lost-in-Conversation records keep their own shards. Items that shard into fewer than two pieces are skipped.
     """
-    from fic.chat import full_view
-    from fic.data.sharding import shard_math_problem
-    from fic.data.splits import load_training
-
     rows, skipped = [], 0
     for record in load_training("train_data", spec, limit=limit, allow_test=allow_test):
         question = record.messages[-1]["content"]
@@ -85,11 +90,6 @@ def dataset_rows(spec: str, limit: int | None = None, allow_test: bool = False) 
 
 def _lic_after(output_dir: str, test) -> dict:
     """`fic lic` (FULL / CONCAT / SHARDED, greedy) on the saved model and the test tasks, written to OUTPUT_DIR/lic/."""
-    import shutil
-
-    from fic.eval.lic import LiCTask, run_lic
-    from fic.generation import HFBackend
-
     lic_dir = Path(output_dir) / "lic"
     shutil.rmtree(lic_dir, ignore_errors=True)  # episodes of an earlier run's model are no results of this one
     backend = HFBackend(output_dir, batch_size=256)
@@ -117,8 +117,6 @@ def check_recipe(recipe) -> None:
             "train_data / synthetic_tasks: both empty; a vasd recipe needs train_data=PATH.jsonl (rows with prompt and "
             "teacher_prompt), train_data=NAME:PATH (a dataset to shard) or synthetic_tasks=N"
         )
-    from fic.trainers.common import check_recipe_data
-
     if args.train_data and args.train_data.endswith(".jsonl") and ":" not in args.train_data:
         if not Path(args.train_data).is_file():
             raise DataError(f"train_data: {args.train_data!r} is not a file; pass a JSONL of rows with prompt and "
@@ -138,16 +136,6 @@ def synthetic_run(run, start: float) -> None:
     CONCAT does not show, recovery p_sharded(after) / p_full(before) >= 0.92, single-turn views kept), all of it goes
     to OUTPUT_DIR/eval_summary.json and the before/after table is printed.
     """
-    import time
-
-    import torch
-    from datasets import Dataset
-
-    from fic.data.synthetic import make_tasks, vasd_shard_rows
-    from fic.eval.lic import evaluate_views
-    from fic.modeling import resolve_model_name
-    from fic.trainers.common import default_callbacks, resume_point, write_summary
-
     args = run.args
     steps = args.synthetic_task_steps
     train = make_tasks(args.synthetic_tasks, seed=args.seed + 2, split="train", steps=steps)
@@ -207,12 +195,6 @@ def main(recipe) -> None:
     splits) or from `synthetic_tasks` (`synthetic_run`: measured before and after). The model is named like any
     recipe's (`tiny:chatml:synthetic` is the demo's base, trained on the synthetic task's single-turn views).
     """
-    import time
-
-    from datasets import Dataset
-
-    from fic.trainers.common import default_callbacks, prepare, resume_point, write_summary
-
     start = time.time()
     args = recipe.get(VASDConfig)
     run = prepare(recipe, VASDConfig)
@@ -257,8 +239,6 @@ def _plan_rows(args: VASDConfig, items: list) -> int | None:
     train = [i for i in items if i.role == "train"]
     if not train or any(i.rows is None for i in train):
         return None
-    from fic.data.sharding import shard_math_problem
-
     return sum(
         1 for r in train[0].records if len(r.meta.get("shards") or shard_math_problem(r.messages[-1]["content"])) >= 2
     )
@@ -266,21 +246,12 @@ def _plan_rows(args: VASDConfig, items: list) -> int | None:
 
 def _plan_prompt_lengths(recipe, args, items: list) -> list[str]:
     """The longest student prompt the sharded rows will produce, against max_prompt_length (and the teacher's)."""
-    from fic.modeling import ModelArguments
-
     train = [i for i in items if i.role == "train" and i.records]
     if not train:
         return []
-    from fic.chat import full_view, render, sharded_view
-    from fic.data.sharding import shard_math_problem
-
     reply = args.rollout_max_new_tokens or args.max_completion_length or 0
     tokenizer, how = None, "estimated at 4 characters per token (tokenizer not available offline)"
     try:
-        from transformers import AutoTokenizer
-
-        from fic.modeling import resolve_model_name
-
         name = resolve_model_name(recipe.get(ModelArguments).model_name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
         how = "with the model's tokenizer and template"

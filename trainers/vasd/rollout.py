@@ -50,10 +50,16 @@ import logging
 import time
 from contextlib import contextmanager, nullcontext
 
+import numpy as np
 import torch
+from accelerate.utils import is_peft_model
+from peft.tuners.lora import Linear as LoraLinear
+from peft.tuners.tuners_utils import BaseTunerLayer
+from peft.utils import ModulesToSaveWrapper
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
+from fic.chat import ChatTemplateError, sharded_view, turn_end_strings
 from fic.generation.decode import Kept, decode, decode_kept, sampling_pick
 
 logger = logging.getLogger(__name__)
@@ -93,8 +99,6 @@ class Rollouts:
         per row. With several processes every one of them makes as many calls as the process with the most shards,
         even with no rows.
         """
-        from fic.chat import sharded_view
-
         for shards in shards_list:
             if not isinstance(shards, list) or not shards or not all(isinstance(x, str) and x for x in shards):
                 raise ValueError(f"shards: expected a non-empty list of non-empty strings, got {shards!r:.80}")
@@ -308,8 +312,6 @@ class Rollouts:
     def end_ids(self) -> set[int]:
         """Tokens that end a response: the trainer's EOS ids and the template's single-token turn ends."""
         if self._end_ids is None:
-            from fic.chat import ChatTemplateError, turn_end_strings
-
             t = self.trainer
             ids = {int(i) for i in t.eos_token_ids if i is not None}
             try:
@@ -375,8 +377,6 @@ def _cpu_threads(threads: int | None, device: torch.device):
 
 def _matching_rows(kept: Kept, prompts: list[list[int]]) -> list[int | None]:
     """For each prompt, the kept row whose cached ids share the longest prefix with it (None when none shares any)."""
-    import numpy as np
-
     cached = [np.asarray(ids, dtype=np.int64) for ids in kept.tokens]
     rows: list[int | None] = []
     for ids in prompts:
@@ -397,11 +397,6 @@ def _lora_sites(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
 
     Foldable: every adapter layer is an unmerged LoRA `Linear` without DoRA or a LoRA bias, and no `modules_to_save`
     (a trained full copy would be switched off with the adapters)."""
-    from accelerate.utils import is_peft_model
-    from peft.tuners.lora import Linear as LoraLinear
-    from peft.tuners.tuners_utils import BaseTunerLayer
-    from peft.utils import ModulesToSaveWrapper
-
     if not is_peft_model(model):
         return []
     sites = []

@@ -43,6 +43,8 @@ unless `prompt_truncation="left"` is set explicitly (the oldest tokens are then 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -50,11 +52,19 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
-from accelerate.utils import is_peft_model
+from accelerate.utils import gather_object, is_peft_model
+from torch.distributed.tensor import DTensor
+from transformers.integrations import is_deepspeed_zero3_enabled
 from trl import DistillationTrainer
+from trl.experimental.sdft.teacher_sync import (
+    PEFTAdapterEMACallback,
+    SyncTeacherModelCallback,
+    is_pure_lora_training,
+)
 from trl.models import prepare_deepspeed
 from trl.trainer.utils import create_model_from_path, get_config_model_id, pad, use_adapter
 
+from fic.chat import turn_end_strings
 from fic.losses import chunked_generalized_jsd, chunked_nll
 from fic.trainers.vasd.config import VASDConfig
 from fic.trainers.vasd.rollout import Rollouts
@@ -86,14 +96,12 @@ def _whole_head(head, frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor 
     every rank, and copied, the copy marked available so the kernel leaves it be, in the forward and the backward.
     """
     weight, bias = head.weight, head.bias
-    from torch.distributed.tensor import DTensor
-
     if isinstance(weight, DTensor):
         return weight.full_tensor(), (bias.full_tensor() if isinstance(bias, DTensor) else bias)
     if not (frozen and hasattr(weight, "ds_status")):
         return weight, bias
-    import deepspeed
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    import deepspeed  # optional: deepspeed (the `deepspeed` extra), reached only under ZeRO-3
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus  # optional: deepspeed
 
     with deepspeed.zero.GatheredParameters([t for t in (weight, bias) if t is not None], modifier_rank=None):
         copies = [None if t is None else t.detach().clone() for t in (weight, bias)]
@@ -162,8 +170,6 @@ class VASDTrainer(DistillationTrainer):
         needs_copy = args.teacher_mode in ("base", "ema") and peft_config is None and not is_peft_model(model)
         # Under ZeRO-3 the loaded model holds only this rank's (empty-looking) partitions and a deep copy of it is a
         # model of empty tensors: the frozen teacher is then built from the model's path (`_setup_teacher`).
-        from transformers.integrations import is_deepspeed_zero3_enabled
-
         copyable = needs_copy and not isinstance(model, str) and not is_deepspeed_zero3_enabled()
         frozen = copy.deepcopy(model) if copyable else None
         super().__init__(
@@ -214,8 +220,6 @@ class VASDTrainer(DistillationTrainer):
         if is_peft_model(student):
             if mode == "base":
                 return
-            from trl.experimental.sdft.teacher_sync import PEFTAdapterEMACallback, is_pure_lora_training
-
             if not is_pure_lora_training(student):
                 raise ValueError(
                     "teacher_mode: 'ema' with a PEFT model that trains more than LoRA weights is not supported; train "
@@ -244,8 +248,6 @@ class VASDTrainer(DistillationTrainer):
         else:
             self.teacher_model = self.accelerator.prepare_model(frozen, evaluation_mode=True)
         if mode == "ema":
-            from trl.experimental.sdft.teacher_sync import SyncTeacherModelCallback
-
             self.add_callback(SyncTeacherModelCallback(teacher_model=self.teacher_model, accelerator=self.accelerator))
 
     @property
@@ -283,8 +285,6 @@ class VASDTrainer(DistillationTrainer):
     def _end_of_turn(self) -> list[int]:
         """Token ids that close an assistant turn under this template (appended to dataset completions)."""
         if self._end_of_turn_ids is None:
-            from fic.chat import turn_end_strings
-
             end = turn_end_strings(self._tokenizer, role="assistant")[0]
             self._end_of_turn_ids = self._tokenizer(end, add_special_tokens=False)["input_ids"]
         return self._end_of_turn_ids
@@ -384,9 +384,6 @@ class VASDTrainer(DistillationTrainer):
         trains on the batches of a one-process run), and a run resumed from a checkpoint draws what the uninterrupted
         run drew. Two rows with identical content in one batch get the same draws.
         """
-        import hashlib
-        import json
-
         key = json.dumps([self.args.seed, self.state.global_step, example], sort_keys=True, default=str)
         rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
         return rng.random(), rng.random()
@@ -456,8 +453,6 @@ class VASDTrainer(DistillationTrainer):
         if args.filter_correct:
             metrics["vasd/teacher_accept_rate"].append(mean(keep))
         if self.log_completions:
-            from accelerate.utils import gather_object
-
             self._logs["prompt"].extend(gather_object(self._tokenizer.batch_decode(student_ids)))
             self._logs["completion"].extend(
                 gather_object(self._tokenizer.batch_decode(completion_ids, skip_special_tokens=True))

@@ -34,7 +34,7 @@ FLAGS = ("--help-keys", "--plan")
 
 def load(argv: list[str]):
     """(recipe, trainer module) for command-line arguments; raises `RecipeError` on any recipe mistake."""
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.modeling import ModelArguments
 
     names = [a.split("=", 1)[1] for a in argv if a.startswith("recipe=")]

@@ -11,11 +11,11 @@ import logging
 from pathlib import Path
 
 from fic.checkpoint_state import INTERRUPTED, checkpoint_problem
+from fic.eval_config import EvalConfig
 from fic.tracking import redact
 
 from .checkpoint_io import EVAL_DIR, CheckpointLock, checkpoint_step, is_evaluated, list_checkpoints, make_backend
 from .comparison import record_history, write_comparison
-from .config import EvalConfig
 from .evaluate import evaluate
 
 logger = logging.getLogger(__name__)

@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 from fic import metric_names
+from fic.eval_config import EvalConfig
 from fic.jsonl import write_json
 from fic.tracking import redact
-
-from .config import EvalConfig
 
 logger = logging.getLogger(__name__)
 

@@ -308,8 +308,7 @@ def plot(summary: dict, path: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from fic import cli_args
-
-    from .config import EvalConfig
+    from fic.eval_config import EvalConfig
 
     defaults = EvalConfig()  # the checkpoint callback's `lic_*` settings
     cli_args.add_model_arguments(parser)

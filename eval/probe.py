@@ -304,8 +304,7 @@ def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from fic import cli_args
-
-    from .config import EvalConfig
+    from fic.eval_config import EvalConfig
 
     defaults = EvalConfig()  # the checkpoint callback's settings: the same checkpoint gives the same numbers
     cli_args.add_model_arguments(parser)

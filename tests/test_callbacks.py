@@ -130,7 +130,7 @@ def wandb_records(run_dir: Path):
 def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stub_judge):
     import wandb
 
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.trainers.callbacks import RecipeConfigCallback
 
     monkeypatch.setenv("OPENAI_API_KEY", ENV_SECRET)
@@ -221,7 +221,7 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fic.eval import checkpoints
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.generation import HFBackend
     from fic.testing import tiny_model
     from fic.trainers.callbacks import EvalCallback
@@ -262,7 +262,7 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
 
 def test_every_n_saves(tmp_path, monkeypatch):
     from fic.eval import checkpoints
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
 
     calls = []
     monkeypatch.setitem(checkpoints.EVALUATORS, "probe",
@@ -273,7 +273,7 @@ def test_every_n_saves(tmp_path, monkeypatch):
 
 
 def test_config_mistakes_name_the_field():
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.recipe import RecipeError
     from fic.trainers.callbacks import EvalCallback
 
@@ -295,7 +295,7 @@ def test_config_mistakes_name_the_field():
 def test_default_callbacks_follow_the_recipe():
     from types import SimpleNamespace
 
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.trainers.callbacks import EvalCallback, WatchCommandCallback
     from fic.trainers.common import default_callbacks
     from fic.trainers.preemption import PreemptionCallback
@@ -340,7 +340,7 @@ def _main(out_dir: str) -> None:
     from accelerate import PartialState
 
     from fic.distributed import use_cpu_group_without_gpu
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
 
     use_cpu_group_without_gpu()
 
@@ -397,7 +397,7 @@ def test_redact_removes_every_kind_of_secret(monkeypatch):
 
 def test_callback_skips_a_checkpoint_another_evaluator_holds(tmp_path, monkeypatch):
     from fic.eval import checkpoints
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.trainers.callbacks import EvalCallback
 
     calls = []

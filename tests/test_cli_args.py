@@ -12,7 +12,7 @@ import pytest
 
 from fic import cli
 from fic.cli_args import HelpFormatter
-from fic.eval.config import EvalConfig
+from fic.eval_config import EvalConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -112,7 +112,7 @@ def test_no_fic_option_takes_a_secret():
 
     from trl import ModelConfig
 
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
     from fic.modeling import ModelArguments
     from fic.tracking import is_secret_key
 

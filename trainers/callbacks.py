@@ -1,7 +1,7 @@
 """Trainer callbacks every fic method adds: the recipe in the wandb config, and an evaluation of each checkpoint.
 
 `EvalCallback` runs on every save (or every n-th, `eval.every_n_saves`). On the main process it evaluates the model
-just saved, as configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval.config`),
+just saved, as configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval_config`),
 writes the evaluation files into `checkpoint-N/eval/`, appends the metrics to `OUTPUT_DIR/eval/history.jsonl`,
 rewrites the run's comparison table, plots and `OUTPUT_DIR/eval/report.html`, and logs the metrics
 (`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, ...; named by `fic.metric_names`) and a table of generated
@@ -27,8 +27,8 @@ from transformers.integrations import is_deepspeed_zero3_enabled
 
 from fic.eval.checkpoint_io import CheckpointLock, make_backend
 from fic.eval.checkpoint_runs import evaluate_checkpoint
-from fic.eval.config import EvalConfig
 from fic.eval.report import spread
+from fic.eval_config import EvalConfig
 from fic.generation import get_backend
 from fic.jsonl import load_done, write_json
 from fic.recipe import RecipeError

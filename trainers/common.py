@@ -21,7 +21,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from fic.chat import set_template_kwargs
 from fic.checkpoint_state import checkpoint_problem
 from fic.data.sources import check_specs
-from fic.eval.config import EvalConfig
+from fic.eval_config import EvalConfig
 from fic.followup_summary import compare
 from fic.jsonl import write_rows
 from fic.modeling import ModelArguments, load_model_and_tokenizer, peft_config
@@ -41,7 +41,7 @@ class Run:
     recipe: Recipe
     args: Any  # the method's <Method>Config
     model_args: ModelArguments
-    eval: Any  # fic.eval.config.EvalConfig
+    eval: Any  # fic.eval_config.EvalConfig
     model: Any
     tokenizer: Any
     peft_config: Any

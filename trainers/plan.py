@@ -24,7 +24,7 @@ from fic.data import load_source
 from fic.data.sources import get_source, parse_spec
 from fic.data.splits import check_training_split, spec_split, split_spec
 from fic.errors import FicError
-from fic.eval.config import EvalConfig
+from fic.eval_config import EvalConfig
 from fic.judges import make_judge
 from fic.judges.provenance import overlap, overlap_line
 

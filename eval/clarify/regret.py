@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from fic import cli_args
-    from fic.eval.config import EvalConfig
+    from fic.eval_config import EvalConfig
 
     parser.add_argument("--scenario", required=True, choices=SCENARIOS, help="products or ambigqa")
     parser.add_argument(

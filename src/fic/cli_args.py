@@ -16,7 +16,7 @@ Older spellings still parse but are hidden from `-h`: `--n` (now `--samples`), `
 `--answers` (`--responses`), `--answer-tokens` (`--response-tokens`), `--user rule` (`--user rules`), and
 `fic judge --base-url / --model` (`--judge-base-url / --judge-model`).
 
-The evaluation commands take their defaults from `fic.eval.config.EvalConfig`, so `fic probe` and the checkpoint
+The evaluation commands take their defaults from `fic.eval_config.EvalConfig`, so `fic probe` and the checkpoint
 callback measure a checkpoint the same way; this module imports only `fic.errors` and the judge kinds of fic.
 """
 

@@ -328,7 +328,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
-    from fic.distributed import launch_state
+    from fic.distributed import end_launch, launch_state
     from fic.generation import get_backend
     from fic.modeling import load_tokenizer
 
@@ -351,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, user=user, model=args.model,
         split=True,
     )  # fmt: skip
+    end_launch()  # every rank, after the merge: the lines below are the main process's alone
     if not state.is_main_process:
         return 0
     for mode, m in summary["modes"].items():

@@ -336,7 +336,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
     from fic.data import load_source
-    from fic.distributed import launch_state
+    from fic.distributed import end_launch, launch_state
     from fic.generation import get_backend
     from fic.judges import make_judge
     from fic.modeling import load_tokenizer
@@ -363,6 +363,7 @@ def run(args: argparse.Namespace) -> int:
         generic_floor=not args.no_generic_floor, outside_judge_fit=args.outside_judge_fit, chunk_size=args.chunk_size,
         split=True,
     )  # fmt: skip
+    end_launch()  # every rank, after the merge: the summary below is the main process's alone
     if not state.is_main_process:
         return 0
     for dataset, temps in summary["genuine_rate"].items():

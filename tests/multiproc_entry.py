@@ -84,7 +84,10 @@ def main() -> int:
             record["answered"] = record.get("answered", 0) + len(records)
         return original_contexts(records, answers, *args, **kwargs)
 
-    followups.contexts_from_records = contexts_from_records
+    # Every module that bound the name at import (the trainers import it at their top) gets the counting one.
+    for module in list(sys.modules.values()):
+        if getattr(module, "contexts_from_records", None) is original_contexts:
+            module.contexts_from_records = contexts_from_records
 
     # VASD: rows of each generation batch, and the stand-in for every generation call.
     original_vasd = vasd.VASDTrainer._generate_and_score_completions

@@ -103,6 +103,17 @@ def launch_state():
     return PartialState(cpu=os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true")
 
 
+def end_launch() -> None:
+    """Leave a launch's process group cleanly: every rank waits for the others, then the group is destroyed (a
+    process that exits with a live gloo group can abort in its threads: "terminate called without an active
+    exception"). Nothing to do in a plain process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 @contextmanager
 def main_process_first(split: bool = True):
     """The block runs on the main process, then on the others (two barriers); with `split=False` simply here."""

@@ -93,7 +93,7 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
     summary = summarize(rows, meta.get("accuracy"), validity=validity, labels=label_rows, excluded=excluded)
     summary.update(settings=meta.get("settings"), skipped_items=meta.get("skipped_items"), judge_validity=validity,
                    judge_overlap=overlap)  # fmt: skip
-    if validity is not None and "errors" in validity:  # the error pairs are long and live in validation.json
+    if validity is not None and "errors" in validity:  # the error rates used are under each estimate's `judge`
         summary["judge_validity"] = {k: v for k, v in validity.items() if k != "errors"}
     write_json(run_dir / "summary.json", summary)
     if report:

@@ -22,6 +22,7 @@ the corrected and calibrated estimates.
 from __future__ import annotations
 
 from fic.estimates import cluster_rate, corrected_rate, paired_difference, ppi_rate, rate_variance
+from fic.judges.validity import dataset_errors
 from fic.metric_names import probe_accuracy, probe_genuine, temperature_key
 from fic.metrics import cohen_kappa, label_distribution, percent_changed
 
@@ -148,8 +149,6 @@ def summarize(rows: list[dict], accuracy: dict[str, dict] | None = None, validit
         if any("generic_genuine" in r for r in group):
             cell["generic_floor"] = raw_rate(group, "generic_genuine")
         genuine.setdefault(dataset, {}).setdefault(temperature_key(temp), {})[pert] = cell
-    from fic.judges.validity import dataset_errors
-
     overall = estimate(rows, dataset_errors(validity, None), label_map, excluded)
     overall["judge"] = _judge_about(validity, dataset_errors(validity, None))
     datasets = {}

@@ -27,7 +27,7 @@ from .checkpoint_runs import (  # noqa: F401  (re-exported)
     evaluate_run,
     resolve_config,
 )
-from .evaluate import EVALUATORS, METRICS_FILE, evaluate  # noqa: F401  (re-exported)
+from .evaluate import METRICS_FILE, evaluate  # noqa: F401  (re-exported)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

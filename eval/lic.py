@@ -359,3 +359,30 @@ def run(args: argparse.Namespace) -> int:
     if "recovery" in summary:
         print(f"recovery p_sharded/p_full = {summary['recovery']:.3f}")
     return 0
+
+
+def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
+    """LiC as a registered evaluation (`fic.evaluations`): `run_lic` under the `eval:` block, flat metrics."""
+    from fic import metric_names
+
+    from .report import report_dir
+
+    if config.lic_data == "synthetic":
+        tasks = tasks_from_synthetic(config.lic_limit, seed=config.seed)
+    else:
+        tasks = tasks_from_source(config.lic_data, limit=config.lic_limit)
+    if not tasks:
+        raise ValueError(f"eval.lic_data={config.lic_data!r}: no task with shards and an automatic checker")
+    summary = run_lic(
+        backend, tokenizer, tasks, out_dir, modes=config.lic_modes, runs=config.lic_runs,
+        temperature=config.lic_temperature, max_new_tokens=config.lic_max_new_tokens, seed=config.seed,
+        progress=progress,
+    )  # fmt: skip
+    report_dir("lic", out_dir)
+    metrics = {}
+    for mode, scores in summary["modes"].items():
+        for score in metric_names.LIC_SCORES:
+            metrics[metric_names.lic_score(score, mode)] = scores[score]
+    if "recovery" in summary:
+        metrics[metric_names.LIC_RECOVERY] = summary["recovery"]
+    return metrics

@@ -384,3 +384,24 @@ def run(args: argparse.Namespace) -> int:
     print(validity_line(summary["judge_validity"]))
     print(f"wrote {Path(args.out) / 'summary.json'}")
     return 0
+
+
+def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
+    """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics."""
+    from fic import metric_names
+    from fic.followup_summary import flat_metrics
+    from fic.judges import make_judge
+
+    judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
+    summary = run_probe(
+        backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
+        perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,
+        response_tokens=config.response_tokens, responses=config.responses, seed=config.seed, progress=progress,
+        allow_judge_overlap=config.allow_judge_overlap,
+    )  # fmt: skip
+    metrics = flat_metrics(summary, perturbations=tuple(config.perturbations))
+    for pert, cells in (summary.get("percent_changed") or {}).items():
+        metrics[metric_names.probe_pct_changed(pert)] = cells["overall"]["changed"]
+    if summary.get("n_samples"):
+        metrics[metric_names.PROBE_JUDGE_ERROR_RATE] = summary.get("judge_errors", 0) / summary["n_samples"]
+    return metrics

@@ -154,7 +154,7 @@ CASE_IDS = [case[0] for case in fic_cases({k: Path("/x") for k in ("good", "brok
 def test_every_command_is_walked():
     walked = {case_id.split("-")[0] for case_id in CASE_IDS}
     prefixes = {"judge-agreement": "agreement", "build-followups": "followups", "eval-checkpoints": "checkpoints"}
-    assert {prefixes.get(name, name) for name in cli.COMMANDS} <= walked
+    assert {prefixes.get(name, name) for name in cli.commands()} <= walked
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)

@@ -156,9 +156,9 @@ def test_cli_errors_name_the_fix(tmp_path):
 
 
 def test_cli_is_routed_by_fic():
-    from fic.cli import COMMANDS
+    from fic.cli import commands
 
-    module, add, run, _ = COMMANDS["build-followups"]
+    module, add, run, _ = commands()["build-followups"]
     assert module == "fic.data.followups" and add == "add_arguments" and run == "run"
 
 

@@ -220,7 +220,6 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fic.eval import checkpoints
     from fic.eval_config import EvalConfig
     from fic.generation import HFBackend
     from fic.testing import tiny_model
@@ -232,7 +231,7 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
         seen.append(_greedy(backend))
         return {"probe/x/genuine_rate@t0": 0.0}
 
-    monkeypatch.setitem(checkpoints.EVALUATORS, "probe", fake_probe)
+    monkeypatch.setattr("fic.eval.probe.evaluate", fake_probe)
     path = tiny_model("chatml")
     tokenizer = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(0)
@@ -261,11 +260,10 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
 
 
 def test_every_n_saves(tmp_path, monkeypatch):
-    from fic.eval import checkpoints
     from fic.eval_config import EvalConfig
 
     calls = []
-    monkeypatch.setitem(checkpoints.EVALUATORS, "probe",
+    monkeypatch.setattr("fic.eval.probe.evaluate",
                         lambda b, t, c, o, model_path, p: calls.append(model_path.name) or {"probe/x@t0": 1.0})  # fmt: skip
     train(tmp_path / "run", EvalConfig(enabled=True, datasets=["x"], every_n_saves=2), max_steps=4, lora=False)
     assert calls == ["checkpoint-2", "checkpoint-4"]
@@ -401,7 +399,7 @@ def test_callback_skips_a_checkpoint_another_evaluator_holds(tmp_path, monkeypat
     from fic.trainers.callbacks import EvalCallback
 
     calls = []
-    monkeypatch.setitem(checkpoints.EVALUATORS, "probe", lambda *a: calls.append(1) or {})
+    monkeypatch.setattr("fic.eval.probe.evaluate", lambda *a: calls.append(1) or {})
     ckpt = tmp_path / "checkpoint-4"
     lock = checkpoints.CheckpointLock(ckpt)
     assert lock.acquire()

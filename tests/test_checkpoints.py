@@ -85,7 +85,7 @@ class FakeProbe:
 @pytest.fixture
 def fake_probe(monkeypatch):
     fake = FakeProbe()
-    monkeypatch.setitem(checkpoints.EVALUATORS, "probe", fake)
+    monkeypatch.setattr("fic.eval.probe.evaluate", fake)
     return fake
 
 
@@ -240,7 +240,7 @@ def test_input_mistakes_are_one_line_errors(full_run, tmp_path, capsys):
 
 def test_a_later_evaluation_adds_to_the_metrics(full_run, tmp_path, fake_probe, monkeypatch):
     run = copy_run(full_run, tmp_path / "run")
-    monkeypatch.setitem(checkpoints.EVALUATORS, "lic", lambda *a: {"lic/p_full": 0.25})
+    monkeypatch.setattr("fic.eval.lic.evaluate", lambda *a: {"lic/p_full": 0.25})
     checkpoints.evaluate_run(run, EvalConfig(evaluations=["probe"], datasets=["fake"]), only=["2"])
     checkpoints.evaluate_run(run, EvalConfig(evaluations=["lic"]), only=["2"], force=True)
     saved = json.loads((run / "checkpoint-2" / "eval" / "metrics.json").read_text())["metrics"]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parser_for(name: str) -> argparse.ArgumentParser:
-    module, add, _, help_text = cli.COMMANDS[name]
+    module, add, _, help_text = cli.commands()[name]
     parser = argparse.ArgumentParser(prog=f"fic {name}", description=help_text, formatter_class=HelpFormatter)
     getattr(importlib.import_module(module), add)(parser)
     return parser

@@ -200,7 +200,6 @@ def make_checkpoint(tiny: str, folder: Path, whole: bool = True) -> Path:
 
 
 def test_fic_eval_checkpoints_skips_damaged_and_partial_checkpoints(tiny, tmp_path, monkeypatch, capsys):
-    from fic.eval import checkpoints
 
     run = tmp_path / "run"
     make_checkpoint(tiny, run / "checkpoint-2")
@@ -216,7 +215,7 @@ def test_fic_eval_checkpoints_skips_damaged_and_partial_checkpoints(tiny, tmp_pa
         evaluated.append(model_path.name)
         return {"probe/x/genuine_rate@t0": 0.5}
 
-    monkeypatch.setitem(checkpoints.EVALUATORS, "probe", fake_probe)
+    monkeypatch.setattr("fic.eval.probe.evaluate", fake_probe)
     assert cli.main(["eval-checkpoints", str(run), "--datasets", "x"]) == 0
     out = capsys.readouterr().out
     assert evaluated == ["checkpoint-2", "checkpoint-8"]

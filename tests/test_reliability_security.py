@@ -116,7 +116,7 @@ def test_no_fic_option_takes_a_secret():
     from fic.modeling import ModelArguments
     from fic.tracking import is_secret_key
 
-    for name, (module, add, _, _) in cli.COMMANDS.items():
+    for name, (module, add, _, _) in cli.commands().items():
         parser = argparse.ArgumentParser()
         getattr(importlib.import_module(module), add)(parser)
         options = [o for action in parser._actions for o in action.option_strings]

@@ -322,6 +322,29 @@ def run_regret(args) -> dict:
     return summary
 
 
+def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
+    """Regret as a registered evaluation (`fic.evaluations`): `run_regret` on the checkpoint folder (it loads its
+    model from a path, not from `backend`), flat metrics."""
+    from fic import metric_names
+    from fic.eval.report import report_dir
+
+    if model_path is None:
+        raise ValueError("eval.evaluations includes regret, which loads the model from its checkpoint folder; "
+                         "no folder was given (evaluate a saved checkpoint)")  # fmt: skip
+    extra = {"data": config.regret_data} if config.regret_data else {}
+    summary = run_regret(settings(config.regret_scenario, config.regret_policy, out_dir, model=str(model_path),
+                                  limit=config.regret_episodes, seed=config.seed, **extra))  # fmt: skip
+    report_dir("regret", out_dir)
+    metrics = {metric_names.REGRET_MEAN: summary["regret"], metric_names.REGRET_VALUE: summary["value"]}
+    for key in ("resolution_rate", "turns_mean", "abstain_rate"):
+        if key in summary:
+            metrics[metric_names.regret_metric(key)] = summary[key]
+    for key, name in (("ineffective_clarification", "ineffective_rate"), ("stopping_errors", "stopping_error_rate")):
+        if isinstance(summary.get(key), dict) and "rate" in summary[key]:
+            metrics[metric_names.regret_metric(name)] = summary[key]["rate"]
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fic regret", description=__doc__.splitlines()[0])
     add_arguments(parser)

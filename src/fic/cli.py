@@ -1,6 +1,6 @@
 """The `fic` command. It only dispatches: each subcommand lives in its own module, imported when it is used.
 
-A command module exposes `add_arguments(parser)` and `run(args) -> int` (or other names given in `COMMANDS`).
+A command module exposes `add_arguments(parser)` and `run(args) -> int` (or other names given in `OTHER_COMMANDS`).
 Input mistakes (fic's user errors) print one line and exit non-zero instead of a traceback.
 """
 
@@ -11,15 +11,13 @@ import importlib
 import logging
 import sys
 
-# name: (module, add-arguments function, run function, one-line help)
-COMMANDS: dict[str, tuple[str, str, str, str]] = {
-    "probe": ("fic.eval.probe", "add_arguments", "run", "user-turn probe: generate and judge the next user turn"),
+# name: (module, add-arguments function, run function, one-line help); the evaluations come from the registry
+# `fic.evaluations` (`commands()`), each a `fic NAME` command.
+OTHER_COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "judge": ("fic.judges.command", "add_judge_arguments", "run_judge", "label generated user turns in a JSONL"),
     "judge-agreement": (
         "fic.judges.command", "add_agreement_arguments", "run_agreement", "Cohen's kappa between two judgement files",
     ),
-    "lic": ("fic.eval.lic", "add_arguments", "run", "Lost-in-Conversation FULL / CONCAT / SHARDED simulation"),
-    "regret": ("fic.eval.clarify.regret", "add_arguments", "run", "hidden-intent clarification episodes and regret"),
     "bag": ("fic.eval.clarify.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
     "build-followups": (
         "fic.data.followups", "add_arguments", "run", "rejection-sample genuine user follow-ups into an SFT set",
@@ -31,9 +29,18 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
 }  # fmt: skip
 
 
+def commands() -> dict[str, tuple[str, str, str, str]]:
+    """Every `fic` command: the registered evaluations (`fic.evaluations`) first, then the other commands."""
+    from fic.evaluations import EVALUATIONS
+
+    evaluations = {e.name: (e.module, "add_arguments", "run", e.help) for e in EVALUATIONS.values()}
+    return {**evaluations, **OTHER_COMMANDS}
+
+
 def _usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {spec[3]}" for name, spec in COMMANDS.items()]
+    table = commands()
+    width = max(map(len, table))
+    lines = [f"  {name:<{width}}  {spec[3]}" for name, spec in table.items()]
     return (
         "usage: fic COMMAND [options] | fic --version\n\ncommands:\n" + "\n".join(lines)
         + "\n\n`fic COMMAND -h` for options; `python train.py recipe=NAME --help-keys` for a recipe's keys."
@@ -58,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fic {_version()}")
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
+    table = commands()
+    if name not in table:
         print(f"error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module_name, add_name, run_name, help_text = COMMANDS[name]
+    module_name, add_name, run_name, help_text = table[name]
     module = importlib.import_module(module_name)
     from fic.cli_args import HelpFormatter, check_arguments
 

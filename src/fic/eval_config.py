@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from fic.evaluations import EVALUATIONS
 from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS, JudgeKind
 
-EVALUATIONS = ("probe", "lic", "regret")
 BACKENDS = ("transformers", "vllm")
 LOAD_FROM = ("auto", "memory", "disk")
 
@@ -125,7 +125,7 @@ class EvalConfig:
 
     def __post_init__(self):
         self.evaluations = list(self.evaluations)
-        unknown = [e for e in self.evaluations if e not in EVALUATIONS]
+        unknown = [e for e in self.evaluations if e not in EVALUATIONS]  # the registry: fic.evaluations
         if unknown:
             raise ValueError(f"eval.evaluations: unknown {unknown}; valid: {list(EVALUATIONS)}")
         if not self.evaluations:

@@ -161,7 +161,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         samples: user turns per item, temperature and perturbation.
         perturbations: controls among `none`, `truncate`, `question` (`reseed`, the seed floor of % changed, is
             added whenever `truncate` or `question` is asked for).
-        judge: a `fic.judges` judge (default: the offline heuristic judge).
+        judge: a `fic.judges` judge (default: `fic.judges.DEFAULT_JUDGE`, the offline `learned` judge).
         responses: `model` (generate the assistant answer greedily) or `data` (the data's reference answer).
         max_context: the model's context length (default: read from the model config); items whose prompt plus
             `max_new_tokens` would not fit are skipped and counted in `summary["skipped_items"]`.

@@ -1,7 +1,8 @@
 """Follow-up judges: label a generated user turn as a genuine follow-up or one failure mode.
 
-`HeuristicJudge` (offline: rules + sentence embeddings) is the default; `LLMJudge` asks any OpenAI-compatible chat
-endpoint for strict JSON; `CascadeJudge` lets the heuristic decide what it is sure of and escalates the rest.
+`HeuristicJudge` is offline: rules + sentence embeddings (`heuristic`), plus a classifier fitted on labelled real
+turns (`learned`, `DEFAULT_JUDGE`, the default of every rate); `LLMJudge` asks any OpenAI-compatible chat endpoint
+for strict JSON; `CascadeJudge` lets the learned judge decide what it is sure of and escalates the rest.
 The heavy pieces (the sentence encoder, the HTTP client) load on first use, so importing this package is cheap.
 """
 

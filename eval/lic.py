@@ -326,6 +326,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_out_argument(parser)
 
 
+def load_tasks(data: str, limit: int, seed: int, field: str, error: type[Exception] = ValueError) -> list:
+    """`synthetic` tasks or those of a `NAME[:PATH]` source; `error` names `field` when none has shards and a checker."""
+    tasks = tasks_from_synthetic(limit, seed=seed) if data == "synthetic" else tasks_from_source(data, limit=limit)
+    if not tasks:
+        raise error(f"{field}: no task with shards and an automatic checker")
+    return tasks
+
+
 def run(args: argparse.Namespace) -> int:
     from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
     from fic.distributed import end_launch, launch_state
@@ -336,12 +344,7 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--model: required (a local path, a hub id, tiny:FAMILY, smollm2, or the served model's "
                             "name with --base-url)")  # fmt: skip
     modes = parse_list("--modes", args.modes, valid=MODES)
-    if args.data == "synthetic":
-        tasks = tasks_from_synthetic(args.limit, seed=args.seed)
-    else:
-        tasks = tasks_from_source(args.data, limit=args.limit)
-    if not tasks:
-        raise ArgumentError(f"--data {args.data}: no task with shards and an automatic checker")
+    tasks = load_tasks(args.data, args.limit, args.seed, f"--data {args.data}", ArgumentError)
     state = launch_state()  # under `accelerate launch` / torchrun: one group, the chunks split over its processes
     backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args, state))
     tokenizer = getattr(backend, "tokenizer", None) or load_tokenizer(args.tokenizer or args.model)
@@ -367,12 +370,7 @@ def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progres
 
     from .report import report_dir
 
-    if config.lic_data == "synthetic":
-        tasks = tasks_from_synthetic(config.lic_limit, seed=config.seed)
-    else:
-        tasks = tasks_from_source(config.lic_data, limit=config.lic_limit)
-    if not tasks:
-        raise ValueError(f"eval.lic_data={config.lic_data!r}: no task with shards and an automatic checker")
+    tasks = load_tasks(config.lic_data, config.lic_limit, config.seed, f"eval.lic_data={config.lic_data!r}")
     summary = run_lic(
         backend, tokenizer, tasks, out_dir, modes=config.lic_modes, runs=config.lic_runs,
         temperature=config.lic_temperature, max_new_tokens=config.lic_max_new_tokens, seed=config.seed,

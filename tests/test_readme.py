@@ -1,7 +1,11 @@
-"""Every path, recipe, make target and `fic` command the README names must exist."""
+"""Every path, recipe, make target and `fic` command the README names must exist, and the figures it quotes from
+`make reproduce` and `make demo` are the ones those runs wrote."""
 
+import json
 import re
+import sys
 
+import pytest
 from conftest import ROOT
 
 from fic.cli import commands as fic_commands
@@ -15,8 +19,8 @@ def test_readme_starts_with_the_two_commands():
 
 
 def test_paths_exist():
-    paths = set(re.findall(r"(?<![\w./-])((?:accelerate_configs|recipes|src/fic|trainers|eval|tests|benchmarks)"
-                           r"/[\w./-]*)", README))  # fmt: skip
+    paths = set(re.findall(r"(?<![\w./-])((?:accelerate_configs|recipes|src/fic|trainers|eval|tests|benchmarks"
+                           r"|reproduce)/[\w./-]*)", README))  # fmt: skip
     paths |= {"train.py", "Makefile", "pyproject.toml"}
     missing = [p for p in sorted(paths) if "NAME" not in p and not (ROOT / p.rstrip(".")).exists()]
     assert not missing, f"README names paths that do not exist: {missing}"
@@ -40,3 +44,38 @@ def test_fic_commands_exist():
     commands = set(re.findall(r"^fic ([\w-]+)", README, re.M)) | set(re.findall(r"`fic ([a-z][\w-]+)`", README))
     missing = [c for c in sorted(commands) if c not in fic_commands()]
     assert not missing, f"README names fic commands that do not exist: {missing}"
+
+
+def test_reproduce_table_is_the_one_the_summaries_give():
+    """The results table of "Reproducing the papers on CPU" is `reproduce/readme_table.py`'s output, so every number
+    in it is read from reproduce/results/summary.json or reproduce/results/probe_collab_v2/summary.json."""
+    sys.path.insert(0, str(ROOT / "reproduce"))
+    import readme_table
+
+    full = json.loads(readme_table.FULL.read_text())
+    probe_collab = json.loads(readme_table.PROBE_COLLAB.read_text())
+    block = readme_table.markdown(full, probe_collab)
+    assert block in README, (
+        "README's reproduce table differs from `python reproduce/readme_table.py`; paste its output"
+    )
+    section = README.split("## Reproducing the papers on CPU", 1)[1].split("\n## ", 1)[0]
+    assert section.count("| part | result on SmolLM2-135M-Instruct |") == 1
+    kappa = re.search(r"`learned` judge \(test-split kappa ([\d.]+)", section).group(1)
+    assert kappa == f"{probe_collab['judge']['kappa']:.2f}"
+    held = re.search(r"\((\d+) HealthBench multi-turn contexts\)", section).group(1)
+    assert int(held) == probe_collab["collab"]["heldout"]["healthbench_contexts"]
+
+
+def test_demo_figures_are_what_make_demo_wrote():
+    """`make demo` writes outputs/fic_tiny/eval_summary.json; the README quotes its before/after figures. Checked
+    where a demo has been run (the file is not committed)."""
+    path = ROOT / "outputs" / "fic_tiny" / "eval_summary.json"
+    if not path.exists():
+        pytest.skip("no outputs/fic_tiny/eval_summary.json: run `make demo` to check the README's demo figures")
+    run = json.loads(path.read_text())
+    if run.get("model") != "tiny:chatml:synthetic" or run.get("rows") != 6400:
+        pytest.skip("outputs/fic_tiny was written with other settings than `make demo`'s")
+    b, a = run["before"], run["after"]
+    quoted = (f"p_sharded {b['p_sharded']:.3f} -> {a['p_sharded']:.3f}, p_full {b['p_full']:.3f} -> "
+              f"{a['p_full']:.3f}, p_concat {b['p_concat']:.3f} -> {a['p_concat']:.3f}")  # fmt: skip
+    assert quoted in " ".join(README.split()), f"README's `make demo` figures differ from this demo run: {quoted}"

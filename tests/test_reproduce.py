@@ -8,10 +8,12 @@ import types
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 
+import crosswalk  # noqa: E402
 import repro  # noqa: E402
 import run as reproduce  # noqa: E402
 from repro import Section, Table, Target  # noqa: E402
@@ -56,10 +58,14 @@ def test_parts_run_once_and_the_report_holds_them(tmp_path, fake_parts):
     assert summary["parts_missing"] == [] and summary["judge"]["kappa"] == 0.51
     assert summary["probe_details"] == {"k": 1}  # a part's extra entries sit beside its own
     assert summary["minutes"] == pytest.approx(sum(summary["minutes_per_part"].values()))
+    assert summary["crosswalk"] == crosswalk.crosswalk() and summary["crosswalk"][0]["item"] == "Table 1"
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.count("| 1 | 0.250 |") == 4 and "a | table" in markdown
+    assert markdown.index("## Crosswalk") < markdown.index("## Part probe")  # the crosswalk comes first
+    assert "| probe paper | Table 1 |" in markdown and "| Table 4: controls |" in markdown
     html = (tmp_path / "report.html").read_text()
     assert html.count("<td>0.250</td>") == 4 and "<b>done</b> <code>x</code>" in html
+    assert "<td>Table 4: controls</td>" in html
     assert reproduce.main(["--out", str(tmp_path), "--redo", "vasd"]) == 0
     assert calls["vasd"] == 2 and calls["probe"] == 1
 
@@ -138,3 +144,35 @@ def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
     assert table4.rows[0][:2] == ["gsm8k", "0.0"] and table4.rows[0][4] == "100"
     assert "no detectable change" in temperature.rows[0][1] and estimates.rows[0][0] == "gsm8k"
     assert table6.columns == ["dataset", "genuine_followup", "previous_turn_restate"]
+    captions = [t.caption for t in section.tables]
+    named = [e["fic_table"] for e in crosswalk.CROSSWALK if e["part"] == "probe" and e["fic_table"]]
+    assert named and all(any(c.startswith(n) for c in captions) for n in named)
+
+
+def test_the_crosswalk_names_tables_the_parts_write():
+    """Every crosswalk row names a part, and its fic table is a caption that part's module writes (None: missing,
+    and said so in `differs`)."""
+    items = {(e["paper"], e["item"]) for e in crosswalk.CROSSWALK}
+    assert len(items) == len(crosswalk.CROSSWALK)
+    assert {("probe paper", "Table 1"), ("probe paper", "Table 4"), ("probe paper", "Table 2")} <= items
+    for entry in crosswalk.CROSSWALK:
+        assert entry["part"] in reproduce.PARTS and entry["differs"]
+        source = (ROOT / "reproduce" / f"{entry['part']}.py").read_text()
+        assert entry["fic_table"] is None or entry["fic_table"] in source, entry
+    coval = next(e for e in crosswalk.CROSSWALK if e["item"] == "Table 2")
+    assert "Coval" in coval["differs"] and "not available offline" in coval["differs"]
+
+
+def test_vasd_summary_says_how_many_rows_training_saw():
+    """The trainer's `rows` is the synthetic train set's size; VASD trained on max_steps x batch of them."""
+    sys.modules.pop("vasd", None)
+    import vasd as part
+
+    values = part.SETTINGS["vasd"]["recipe_values"]
+    out = part._vasd_train({"rows": 2000, "train_loss": 0.09, "wall_s": 610.7, "model": "m"})
+    assert out == {"rows_trained": values["max_steps"] * values["per_device_train_batch_size"], "rows_available": 2000,
+                   "steps": values["max_steps"], "batch_size": values["per_device_train_batch_size"],
+                   "train_loss": 0.09, "wall_s": 610.7}  # fmt: skip
+    assert out["rows_trained"] == 240
+    recipe = yaml.safe_load((ROOT / "recipes" / f"{part.SETTINGS['vasd']['recipe']}.yaml").read_text())
+    assert {k: recipe[k] for k in values} == values  # the part's copy of the recipe's values is the recipe's

@@ -13,6 +13,18 @@ The rule policies are cheap and get more episodes; the model policies get fewer 
 every profile and computed once). Every episode's regret is against the reference on the same episode and profile,
 and the rule policies are also scored on the model policies' episodes (the first episodes of the same seeded
 draw), so the rows can be compared on the same episodes.
+
+The effective n is the number of episodes, not episodes x profiles: an episode's request (and a model policy's
+first turn) is the same under every profile, so regret and resolution carry intervals with the episode as the
+cluster (`fic.estimates.cluster_mean`, `cluster_rate`). The five profiles change what the simulated user says (its
+wording and length; `vague` also withholds the value half of the time), but the rule tracker reads the same value
+out of a cooperative, terse, verbose or contradicts-once reply (the correction comes in the same reply), so a rule
+policy, which acts on the tracked state, can only tell `vague` apart; the profiles reach a model policy only after
+it asks a question.
+
+Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
+(`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route
+and the AUROC of entropy for not answering directly (`clarify.faithfulness` in summary.json).
 """
 
 from __future__ import annotations
@@ -44,7 +56,10 @@ SETTINGS = {
     "bag_variants": ["prompt_only", "bag"],
     "bag_profile": "cooperative",
     "seed": 0,
+    "belief_clusters": "answer_core",
 }  # fmt: skip
+# `belief_clusters`: how BAG's samples are grouped before their entropy (`fic.eval.clarify.text.cluster_answers`).
+# A folder made when whole strings were compared holds entropies of log K everywhere and is refused, not reused.
 RULE_POLICIES = ("reference", "always_answer", "always_ask")
 MODEL_POLICIES = ("model", "bag", "bag_plus")
 POLICIES = (*RULE_POLICIES, *MODEL_POLICIES)
@@ -117,7 +132,89 @@ def _matched(folder: Path, episode_ids: set[str]) -> dict:
     from fic.eval.clarify.regret import summarize_group
 
     records = [r for r in _records(folder) if r["episode_id"] in episode_ids]
-    return {"episodes": len(records), **{k: v for k, v in _keep(summarize_group(records)).items() if k != "episodes"}}
+    kept = {k: v for k, v in _keep(summarize_group(records)).items() if k != "episodes"}
+    return {"episodes": len(records), **kept, "clustered": clustered(records)}
+
+
+def clustered(records: list[dict]) -> dict:
+    """Regret and resolution of episode x profile records with the episode as the cluster: the profiles of one
+    episode share its request, so the effective n is `n_episodes`, not `n`."""
+    from fic.estimates import cluster_mean, cluster_rate
+
+    ids = [r["episode_id"] for r in records]
+    return {
+        "n_episodes": len(set(ids)),
+        "n": len(records),
+        "regret": cluster_mean([r["regret"] for r in records], ids),
+        "resolution": cluster_rate([bool(r["resolved"]) for r in records], ids),
+    }
+
+
+ACT_ROUTES = {"answer": "answer", "ask": "clarify", "abstain": "abstain", "out_of_turns": "clarify"}
+
+
+def first_turns(records: list[dict]) -> list[dict]:
+    """BAG's first decision of each episode of a `fic regret --policy bag` run, once per episode (it is the same
+    under every profile): {"key", "route", "semantic_entropy"}. The entropy is in the first act's `info`."""
+    out: dict[str, dict] = {}
+    for r in records:
+        if r["episode_id"] in out:
+            continue
+        info = (r["questions"][0] if r["questions"] else r["final"]).get("info") or {}
+        if "semantic_entropy" not in info:
+            continue
+        act = r["decisions"][0]["act"] if r.get("decisions") else r["final"]["act"]
+        out[r["episode_id"]] = {
+            "key": r["episode_id"],
+            "route": ACT_ROUTES[act],
+            "semantic_entropy": info["semantic_entropy"],
+        }
+    return list(out.values())
+
+
+def faithfulness(records: list[dict], k: int) -> dict:
+    """Strategy faithfulness of BAG decisions ({"route", "semantic_entropy"} each, one per item): per route its
+    count, share and mean entropy; the AUROC of entropy for not answering directly with a bootstrap interval over
+    items; and the share of items whose entropy is below log K (K samples that all differ give log K, and an AUROC
+    over a constant is 0.5 by construction)."""
+    import math
+
+    from fic.estimates import bootstrap_auroc
+
+    n = len(records)
+    entropies = [float(r["semantic_entropy"]) for r in records]
+    routes = [r["route"] for r in records]
+    by_route = {}
+    for route in ("answer", "clarify", "abstain"):
+        values = [e for e, r in zip(entropies, routes) if r == route]
+        by_route[route] = {
+            "n": len(values), "share": len(values) / n if n else 0.0,
+            "entropy_mean": sum(values) / len(values) if values else None,
+        }  # fmt: skip
+    return {
+        "n": n,
+        "k": k,
+        "entropy_mean": sum(entropies) / n if n else None,
+        "below_log_k": sum(e < math.log(k) - 1e-9 for e in entropies) / n if n else None,
+        "by_route": by_route,
+        "auroc_not_direct": bootstrap_auroc(entropies, [r != "answer" for r in routes]),
+    }
+
+
+def _faith_rows(name: str, f: dict) -> list[list]:
+    auc = f["auroc_not_direct"]
+    auc_cell = (
+        "n/a (one class)" if auc["auroc"] is None else f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}]"
+    )
+    rows = [
+        [name, route, g["n"], _pct(g["share"]), _f(g["entropy_mean"], 2), ""] for route, g in f["by_route"].items()
+    ]
+    below = f"{_pct(f['below_log_k'])}% below ln {f['k']}"
+    return [*rows, [name, "all", f["n"], below, _f(f["entropy_mean"], 2), auc_cell]]
+
+
+def _interval(cell: dict, digits: int = 3) -> str:
+    return f"{_f(cell['mean'], digits)} [{_f(cell['low'], digits)}, {_f(cell['high'], digits)}]"
 
 
 def _f(x, digits: int = 3) -> str:
@@ -128,15 +225,12 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}"
 
 
-def _res_cell(group: dict) -> str:
-    r = group["resolution"]
-    return f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}]"
-
-
-def _row(policy: str, g: dict) -> list:
+def _row(policy: str, g: dict, c: dict) -> list:
     ineff, stop = g["ineffective_clarification"], g["stopping_errors"]
+    res = c["resolution"]
     return [
-        policy, g["episodes"], _f(g["regret"]), _f(g["value"]), _res_cell(g), _f(g["turns_mean"], 2),
+        policy, f"{c['n_episodes']} x {c['n'] // max(c['n_episodes'], 1)}", _interval(c["regret"]), _f(g["value"]),
+        f"{_pct(res['rate'])} [{_pct(res['low'])}, {_pct(res['high'])}]", _f(g["turns_mean"], 2),
         _f(g["user_tokens_mean"], 1), f"{_pct(ineff['rate'])} ({ineff['questions']} q)",
         _pct(stop["answer_early_rate"]), _pct(stop["ask_late_rate"]), _pct(g["abstain_rate"]),
         _pct(g["out_of_turns_rate"]),
@@ -144,7 +238,7 @@ def _row(policy: str, g: dict) -> list:
 
 
 REGRET_COLUMNS = [
-    "policy", "n (episodes x profiles)", "regret", "value", "resolution % [95% CI]", "turns (cost)", "user tokens",
+    "policy", "episodes x profiles", "regret [95% CI]", "value", "resolution % [95% CI]", "turns (cost)", "user tokens",
     "ineffective clarification % (questions)", "answered early %", "asked late %", "abstained %", "out of turns %",
 ]  # fmt: skip
 
@@ -168,9 +262,11 @@ def run(out: Path) -> Section:
     for sc in s["scenarios"]:
         summary[sc] = {}
         full = {p: repro.read_json(folders[(sc, p)] / "summary.json") for p in POLICIES}
-        model_ids = {r["episode_id"] for r in _records(folders[(sc, "model")])}
+        records = {p: _records(folders[(sc, p)]) for p in POLICIES}
+        by_episode = {p: clustered(records[p]) for p in POLICIES}
+        model_ids = {r["episode_id"] for r in records["model"]}
         for p in POLICIES:
-            entry = _keep(full[p])
+            entry = {**_keep(full[p]), "clustered": by_episode[p]}
             entry["per_profile"] = {pr: _keep(g) for pr, g in full[p]["per_profile"].items()}
             if p in RULE_POLICIES:
                 entry["matched"] = _matched(folders[(sc, p)], model_ids)
@@ -179,18 +275,23 @@ def run(out: Path) -> Section:
             f"{sc}: regret and its parts by policy, all five user profiles pooled (rule policies on "
             f"{s['rule_episodes']} episodes x 5 profiles, SmolLM2 `model` on {s['model_episodes']}, BAG/BAG+ on "
             f"{s['bag_episodes']}; regret = V(reference) - V(policy) on the same episode and profile, "
-            f"V = 1[resolved] - {s['cost']} x turns)",
-            REGRET_COLUMNS, [_row(p, full[p]) for p in POLICIES],
+            f"V = 1[resolved] - {s['cost']} x turns; intervals with the episode as the cluster, so the effective n "
+            "is the number of episodes: cluster bootstrap for regret (too narrow under about 10 episodes), Wilson "
+            "at the clustered effective n for resolution)",
+            REGRET_COLUMNS, [_row(p, full[p], by_episode[p]) for p in POLICIES],
         ))  # fmt: skip
         matched_rows = []
         for p in POLICIES:
             g = summary[sc][p].get("matched") or summary[sc][p]
-            row = [p, g["episodes"], _f(g["regret"]), _pct(g["resolution_rate"]), _f(g["turns_mean"], 2)]
+            c = g["clustered"]
+            row = [p, f"{c['n_episodes']} x {c['n'] // max(c['n_episodes'], 1)}", _interval(c["regret"]),
+                   _pct(g["resolution_rate"]), _f(g["turns_mean"], 2)]  # fmt: skip
             matched_rows.append(row)
         tables.append(Table(
             f"{sc}: the rule policies on the model policy's {s['model_episodes']} episodes (the first of the same "
-            f"seeded draw) beside the model policies (BAG/BAG+ on the first {s['bag_episodes']} of them)",
-            ["policy", "episodes", "regret", "resolution %", "turns"], matched_rows,
+            f"seeded draw) beside the model policies (BAG/BAG+ on the first {s['bag_episodes']} of them; regret "
+            "interval by cluster bootstrap over episodes)",
+            ["policy", "episodes x profiles", "regret [95% CI]", "resolution %", "turns"], matched_rows,
         ))  # fmt: skip
         profile_rows = []
         for p in POLICIES:
@@ -211,10 +312,12 @@ def run(out: Path) -> Section:
              "asked late %"], profile_rows,
         ))  # fmt: skip
 
+    faith: dict = {}
     bag_summary, bag_rows = {}, []
     for v in s["bag_variants"]:
         b = repro.read_json(bags[v] / "summary.json")
         recs = _items(bags[v])
+        faith[f"bag_items/{v}"] = faithfulness(recs, s["k"])
         n = len(recs)
         correct_all = sum(1 for r in recs if r["correct"])
         correct_any = sum(1 for r in recs if r["correct_any"])
@@ -233,6 +336,9 @@ def run(out: Path) -> Section:
             _f(b["faithfulness"]["semantic_entropy_mean"], 2), _f(b["faithfulness"]["auroc_entropy_not_direct"], 2),
         ])  # fmt: skip
     summary["bag_vs_prompt_only"] = bag_summary
+    for sc in s["scenarios"]:
+        faith[f"regret_first_turn/{sc}"] = faithfulness(first_turns(_records(folders[(sc, "bag")])), s["k"])
+    summary["faithfulness"] = faith
     tables.append(Table(
         f"BAG against the prompt-only baseline on AmbigQA ({s['bag_items']} seeded items of dev_light, ambiguous and "
         f"not; hidden intent drawn per item; K={s['k']} samples at T=1; a clarification is answered by the "
@@ -240,6 +346,17 @@ def run(out: Path) -> Section:
         ["variant", "items", "accuracy % [95% CI] (correct/answered)", "accuracy % of all items",
          "accuracy % against any intent", "abstained", "routed: answer %", "clarify %", "abstain %",
          "semantic entropy (mean)", "AUROC entropy -> not direct"], bag_rows,
+    ))  # fmt: skip
+
+    tables.append(Table(
+        f"Strategy faithfulness: BAG's route beside the semantic entropy of its K={s['k']} samples (grouped by "
+        "normalised answer before the entropy: first sentence, SQuAD-normalised, lead-ins, the user's words and stop "
+        "words removed, equal or contained as whole words; in `fic regret` a sample naming a candidate clusters by "
+        "that candidate). `bag_items/*`: `fic bag` on AmbigQA, one row per item (prompt_only decides without "
+        "seeing the samples); `regret_first_turn/*`: BAG's first decision, once per episode. AUROC of entropy for "
+        "not answering directly, 95% bootstrap interval over items; 0.5 means the route ignores the belief",
+        ["run", "route", "n", "share %", "entropy mean (nats)", "AUROC entropy -> not direct [95% CI]"],
+        [row for name, f in faith.items() for row in _faith_rows(name, f)],
     ))  # fmt: skip
 
     text = _text(summary)
@@ -295,9 +412,64 @@ def _text(summary: dict) -> list[str]:
         f"below {s['agree']['bag_plus']} agreement; plain BAG here takes the largest cluster, agree = 1/K = "
         f"{s['agree']['bag']}). In `fic bag` (the accuracy table) plain BAG and prompt-only answer greedily after a "
         "clarification instead.",
+        *_faith_text(summary["faithfulness"], s["k"]),
+        *_profile_text(summary),
         "What this does not show: a 135M model on a handful of episodes (the model rows are "
         f"{s['model_episodes']} or {s['bag_episodes']} episodes x 5 profiles, and an episode's first turn is the "
-        "same under every profile, so the profiles differ only after a question) says little about multi-billion-"
-        "parameter models; the simulated user is rule-based, and the numbers are as measured, with no target.",
+        "same under every profile, so the profiles differ only after a question; the intervals count episodes) says "
+        "little about multi-billion-parameter models; the simulated user is rule-based, and the numbers are as "
+        "measured, with no target.",
     ]
+    return lines
+
+
+FEW_ITEMS = 10  # below this many items a percentile bootstrap only recombines the few at hand
+
+
+def _faith_text(faith: dict, k: int) -> list[str]:
+    """One sentence on whether the belief carries signal: how often the samples agreed at all, and the AUROC."""
+    lines = []
+    for name, f in faith.items():
+        auc = f["auroc_not_direct"]
+        if not f["n"]:
+            continue
+        agreed = f"on {_pct(f['below_log_k'])}% of {f['n']} the K={k} samples were not all different"
+        if auc["auroc"] is None:
+            lines.append(f"Faithfulness `{name}`: {agreed}; every decision took one route, so no AUROC.")
+            continue
+        if f["n"] < FEW_ITEMS:
+            verdict = f"on {f['n']} decisions too few for the bootstrap interval to mean much"
+        elif auc["low"] <= 0.5 <= auc["high"]:
+            verdict = "an interval that includes 0.5: no detectable link between belief and route at this size"
+        else:
+            verdict = "an interval that excludes 0.5"
+        lines.append(f"Faithfulness `{name}`: {agreed}; AUROC of entropy for not answering directly "
+                     f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}], {verdict}.")  # fmt: skip
+    return lines
+
+
+def _profile_text(summary: dict) -> list[str]:
+    """Which user profiles gave the rule policies identical numbers, and why (the tracker reads the same value)."""
+    lines = []
+    for sc in SETTINGS["scenarios"]:
+        per = {p: summary[sc][p]["per_profile"] for p in RULE_POLICIES}
+        same = [pr for pr in PROFILES if all(
+            pr in per[p] and {m: per[p][pr][m] for m in ("regret", "resolution_rate", "turns_mean")}
+            == {m: per[p]["cooperative"][m] for m in ("regret", "resolution_rate", "turns_mean")} for p in RULE_POLICIES
+        )]  # fmt: skip
+        tokens = ", ".join(
+            f"{pr} {per['reference'][pr]['user_tokens_mean']:.1f}" for pr in PROFILES if pr in per["reference"]
+        )
+        line = (
+            f"User profiles on {sc}: the user's words differ by profile (user tokens per episode under the reference: "
+            f"{tokens}), and {len(same)} of {len(PROFILES)} profiles ({', '.join(same) or 'none'}) give every rule "
+            "policy the same regret, resolution and turns as `cooperative`."
+        )
+        if set(same) == set(PROFILES) - {"vague"}:
+            line += (
+                " Why: the rule tracker reads the same value out of a cooperative, terse, verbose or contradicts-once "
+                "reply (the correction comes in the same reply), and only `vague` withholds it. The profiles test a "
+                "policy that reads the user's words itself, and only once it asks."
+            )
+        lines.append(line)
     return lines

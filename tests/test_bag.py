@@ -7,7 +7,7 @@ import pytest
 from conftest import ScriptedChatModel
 
 import fic.eval.clarify.bag as bag
-from fic.metrics import accuracy_with_abstentions, auroc, routing_profile
+from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,57 @@ def test_cluster_samples_and_top_cluster():
     keyed = bag.cluster_samples(["A", "alpha", "B", "zz"], key=lambda s: {"A": 1, "alpha": 1, "B": 2}.get(s))
     assert keyed == [0, 0, 1, 2]
     assert bag.top_cluster([]) == (-1, 0.0)
+
+
+@pytest.mark.parametrize(
+    "text,context,core",
+    [
+        ("The answer is Paris.", "", "paris"),
+        ("I think it's Paris, France.", "What is the capital of France?", "paris"),
+        ("Spain won the cup in 2010. Germany won in 2014.", "Who won the cup?", "spain 2010"),
+        ("The U.S. won it.", "Who won the cup?", "us"),
+        ("The Who", "Which band wrote Tommy?", "who"),  # only stop words left: kept rather than lost
+        ("Who won the cup?", "Who won the cup?", ""),  # an echo of the question names no answer
+        ("", "Who won the cup?", ""),
+    ],
+)
+def test_answer_core(text, context, core):
+    from fic.eval.clarify.text import answer_core
+
+    assert answer_core(text, context) == core
+
+
+def test_cluster_answers_groups_equivalent_answers():
+    from fic.eval.clarify.text import cluster_answers
+
+    samples = ["Paris", "The answer is Paris.", "paris, France", "Lyon", "It is Paris. Lyon is second."]
+    assert cluster_answers(samples, "What is the capital of France?") == [0, 0, 0, 1, 0]
+    assert cluster_answers(samples) == [0, 0, 0, 1, 0]  # "paris france" contains "paris" as whole words
+    # the question's words carry no answer: two different winners stay apart (token F1 of the whole strings is
+    # 0.67, which merged them before), and the same winner in other words joins
+    cup = ["Spain won the cup.", "Germany won the cup.", "The cup was won by Spain in 2010.", "Who won the cup?", ""]
+    assert cluster_answers(cup, "Who won the cup?") == [0, 1, 0, 2, 2]
+    # containment is against a cluster's first member, so "paris" - "paris france" - "france" does not chain
+    assert cluster_answers(["Paris", "Paris, France", "France"]) == [0, 0, 1]
+    # whole words only: "rome" is not "romeo"
+    assert cluster_answers(["Rome", "Romeo"]) == [0, 1]
+
+
+def test_belief_entropy_is_below_log_k_when_answers_agree():
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    agree = ["Paris", "The answer is Paris.", "paris, France", "I think it's Paris.", "Lyon"]
+    samples, ids = bag.sample_belief(ScriptedChatModel([(1.0, agree)]), question, k=5, seed=0)
+    assert ids == [0, 0, 0, 0, 1]
+    assert semantic_entropy(ids) == pytest.approx(-(0.8 * math.log(0.8) + 0.2 * math.log(0.2)))
+    assert semantic_entropy(ids) < math.log(5)
+    differ = ["Paris", "Lyon", "Nice", "Marseille", "Toulouse"]
+    _, ids = bag.sample_belief(ScriptedChatModel([(1.0, differ)]), question, k=5, seed=0)
+    assert semantic_entropy(ids) == pytest.approx(math.log(5))
+    # after a clarification the user's reply is context too: "in 2010" carries no answer
+    turns = [{"role": "user", "content": "Who won the cup?"}, {"role": "assistant", "content": "Which year?"},
+             {"role": "user", "content": "I mean 2010."}]  # fmt: skip
+    _, ids = bag.sample_belief(ScriptedChatModel([(1.0, ["Spain in 2010", "Spain", "Germany"])]), turns, k=3, seed=0)
+    assert ids == [0, 0, 1]
 
 
 def test_strategy_prompt_shows_the_belief_only_for_bag():

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from fic.estimates import (
+    bootstrap_auroc,
+    cluster_mean,
     cluster_rate,
     corrected_rate,
     judge_error_rates,
@@ -73,6 +75,30 @@ def test_paired_difference_of_identical_runs_and_determinism():
     assert paired_difference(a, b, seed=3) != paired_difference(a, b, seed=4)
     with pytest.raises(ValueError, match="0 in common"):
         paired_difference({"x": [True]}, {"y": [True]})
+
+
+def test_cluster_mean_counts_clusters_not_rows():
+    # Two episodes under 5 profiles each, regret 1 on the first and 0 on the second: 10 rows, 2 clusters. The
+    # resamples hold {a, a}, {a, b} or {b, b}: means 1, 0.5, 0, so the 95% interval is [0, 1].
+    values, clusters = [1.0] * 5 + [0.0] * 5, ["a"] * 5 + ["b"] * 5
+    out = cluster_mean(values, clusters, seed=3)
+    assert out == {"mean": 0.5, "low": 0.0, "high": 1.0, "n": 10, "n_items": 2}
+    # the same 10 rows as 10 independent episodes give a narrower interval
+    narrow = cluster_mean(values, list(range(10)), seed=3)
+    assert narrow["high"] - narrow["low"] < 1.0 and narrow["n_items"] == 10
+    assert cluster_mean([0.3, 0.3], ["x", "x"]) == {"mean": 0.3, "low": 0.3, "high": 0.3, "n": 2, "n_items": 1}
+    assert cluster_mean([], [])["n"] == 0
+    with pytest.raises(ValueError, match="cluster key"):
+        cluster_mean([1.0], [])
+
+
+def test_bootstrap_auroc():
+    out = bootstrap_auroc([0.0, 0.1, 1.0, 1.2], [False, False, True, True])
+    assert out["auroc"] == 1.0 and out["high"] == 1.0 and 0.0 <= out["low"] <= 1.0 and out["n_positive"] == 2
+    # a constant score (every belief at log K) is 0.5 by construction, and so is every resample
+    flat = bootstrap_auroc([math.log(5)] * 6, [True, False] * 3)
+    assert (flat["auroc"], flat["low"], flat["high"]) == (0.5, 0.5, 0.5)
+    assert bootstrap_auroc([1.0, 2.0], [True, True])["auroc"] is None
 
 
 def test_judge_error_rates():

@@ -1,8 +1,10 @@
 """Belief-Augmented Generation (BAG): let the model see its own uncertainty before it decides to answer, ask or abstain.
 
 1. Belief: K answers sampled at temperature 1 from the plain conversation; they are grouped into meaning clusters
-   (offline: normalised string / token-F1 equivalence, or a caller's key such as "which intent it names") and their
-   semantic entropy is recorded.
+   (a caller's key such as "which intent it names", else `fic.eval.clarify.text.cluster_answers`: each sample's
+   first sentence, normalised, without lead-ins, the user's words and stop words, equal or contained as whole words)
+   and their semantic entropy is recorded. Compared as whole strings, K samples almost always differ and the entropy
+   would be log K on every item.
 2. Strategy: a prompt lists the K samples (variant `bag`; `prompt_only` omits them) and asks for one line
    `STRATEGY: DIRECT_ANSWER | CLARIFICATION_QUESTION | ABSTAIN`, then the answer or the question. The line is parsed
    leniently (case, spaces, underscores, partial words); without one, a reply ending in '?' is a question and
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fic.eval.clarify.text import cluster_by_meaning, matches_any_answer
+from fic.eval.clarify.text import cluster_answers, matches_any_answer
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 logger = logging.getLogger(__name__)
@@ -75,12 +77,13 @@ def parse_strategy(text: str) -> tuple[str, str]:
     return ("CLARIFICATION_QUESTION" if stripped.endswith("?") else "DIRECT_ANSWER"), stripped
 
 
-def cluster_samples(samples: list[str], key: Callable[[str], object] | None = None) -> list[int]:
+def cluster_samples(samples: list[str], key: Callable[[str], object] | None = None, context: str = "") -> list[int]:
     """Meaning clusters of `samples` (ids 0, 1, ... by first appearance). With `key`, samples with the same
-    non-None key share a cluster (e.g. the intent they name); the rest cluster by `same_meaning`."""
+    non-None key share a cluster (e.g. the intent they name); the rest cluster by `cluster_answers` given the user's
+    turns `context` (whose words are not part of an answer)."""
     keys = [key(s) if key is not None else None for s in samples]
     unkeyed = [s for s, k in zip(samples, keys) if k is None]
-    meaning = iter(cluster_by_meaning(unkeyed))
+    meaning = iter(cluster_answers(unkeyed, context))
     labels = [("key", k) if k is not None else ("meaning", next(meaning)) for k in keys]
     ids: dict = {}
     return [ids.setdefault(label, len(ids)) for label in labels]
@@ -126,9 +129,15 @@ class BagPlus:
     cluster_ids: list[int]
 
 
+def user_context(messages: list[dict]) -> str:
+    """The user's turns of a conversation, joined: the words an answer repeats from them carry no answer."""
+    return "\n".join(m["content"] for m in messages if m["role"] == "user")
+
+
 def sample_belief(model, messages: list[dict], k: int, seed: int, key=None, max_new_tokens: int = 48):
+    """K answers sampled at T=1 and their meaning cluster ids (`cluster_samples` with the user's turns as context)."""
     samples = model.chat([messages], n=k, temperature=1.0, seed=seed, max_new_tokens=max_new_tokens)[0]
-    ids = cluster_samples(samples, key)
+    ids = cluster_samples(samples, key, user_context(messages))
     return samples, ids
 
 

@@ -76,30 +76,59 @@ def matches_any_answer(text: str, answers: list[str], f1_threshold: float = 0.8)
     return False
 
 
-def same_meaning(a: str, b: str, f1_threshold: float = 0.6) -> bool:
-    """Offline stand-in for bidirectional entailment between two short answers: equal after normalisation,
-    one contained in the other as whole words, or token F1 at least `f1_threshold`."""
-    na, nb = normalize_answer(a), normalize_answer(b)
-    if not na or not nb:
-        return na == nb
-    if na == nb or f" {na} " in f" {nb} " or f" {nb} " in f" {na} ":
-        return True
-    return token_f1(a, b) >= f1_threshold
+# Lead-ins a model puts before its answer, matched on `normalize_answer`ed text (lower case, no punctuation or
+# articles), so "The answer is Paris." and "I'd say Paris" reduce to "paris".
+_LEAD_IN = re.compile(
+    r"^(?:(?:i think|i believe|i guess|i would say|id say|probably|perhaps|maybe|well|so|sure|okay|ok)\s+)*"
+    r"(?:(?:correct |short |final )?answer(?: to (?:this|that|your) question)?(?: is| would be)?\s+)?"
+    r"(?:(?:it|that|this) (?:is|was|would be)\s+|its\s+|thats\s+)?"
+)
+# A sentence ends at . ! ? after two letters or digits (so "U.S." and "3.5" do not end one), or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[A-Za-z0-9]{2}[.!?])\s+|\n+")
 
 
-def cluster_by_meaning(texts: list[str], f1_threshold: float = 0.6) -> list[int]:
-    """Greedy clustering: each text joins the first cluster whose first member it `same_meaning`s, else opens one.
-    Returns one cluster id per text (0, 1, ... in order of first appearance)."""
+def answer_core(text: str, context: str = "") -> str:
+    """The part of a sampled answer that carries the answer, for grouping samples by meaning.
+
+    The first sentence (a short answer comes first; what follows is elaboration, cut off at the token budget), SQuAD-
+    normalised, without lead-ins ("the answer is", "I think", "it is"), without the words of `context` (the user's
+    turns: "Spain won the cup" answers "Who won the cup?" with "spain") and without stop words. When that leaves
+    nothing but the text had words beside the context's (an answer such as "The Who"), those words are kept with
+    their stop words. "" means the sample names no answer (empty, or only an echo of the question).
+    """
+    first = next((s for s in _SENTENCE_END.split(text.strip()) if s.strip()), "")
+    norm = _LEAD_IN.sub("", normalize_answer(first))
+    asked = set(normalize_answer(context).split())
+    beyond = [w for w in norm.split() if w not in asked]
+    return " ".join(w for w in beyond if w not in STOPWORDS) or " ".join(beyond)
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Offline stand-in for bidirectional entailment between two answer cores (`answer_core`): equal, or one
+    contained in the other as whole words ("paris" and "paris france"). Two empty cores (no answer) are the same."""
+    if not a or not b:
+        return a == b
+    return a == b or f" {a} " in f" {b} " or f" {b} " in f" {a} "
+
+
+def cluster_answers(samples: list[str], context: str = "") -> list[int]:
+    """Meaning clusters of K sampled answers, as the BAG paper groups equivalent answers before their entropy.
+
+    Each sample's `answer_core` (given the user's turns `context`) joins the first cluster whose first member it is
+    the `same_answer` as, else opens one; comparing with the first member only keeps "paris", "paris france" and
+    "france" from chaining into one cluster. Returns one id per sample (0, 1, ... in order of first appearance).
+
+    Example: `cluster_answers(["Paris", "The answer is Paris.", "paris, France", "Lyon"], "Capital of France?")`
+    is `[0, 0, 0, 1]` ("france" is the question's word, so "paris, France" reduces to "paris").
+    """
     representatives: list[str] = []
     ids: list[int] = []
-    for text in texts:
-        for cid, rep in enumerate(representatives):
-            if same_meaning(text, rep, f1_threshold):
-                ids.append(cid)
-                break
-        else:
-            representatives.append(text)
-            ids.append(len(representatives) - 1)
+    for core in (answer_core(s, context) for s in samples):
+        cid = next((i for i, rep in enumerate(representatives) if same_answer(core, rep)), None)
+        if cid is None:
+            representatives.append(core)
+            cid = len(representatives) - 1
+        ids.append(cid)
     return ids
 
 

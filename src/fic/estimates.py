@@ -6,6 +6,8 @@ readers would say, each with a 95% interval:
 
 - [`cluster_rate`]: the raw rate with a Wilson interval at the item-clustered effective sample size.
 - [`paired_difference`]: before/after on the same items, with a cluster-bootstrap interval and p-value.
+- [`cluster_mean`]: a mean over rows that share clusters (episodes x user profiles), cluster-bootstrap interval.
+- [`bootstrap_auroc`]: an AUROC with a bootstrap interval over items.
 - [`judge_error_rates`] and [`corrected_rate`]: the Rogan-Gladen correction for the judge's sensitivity and
   specificity, with a delta-method interval that carries their uncertainty.
 - [`ppi_rate`]: the prediction-powered (PPI++) estimate from a sample of turns a reader labelled.
@@ -162,6 +164,72 @@ def paired_difference(
         "rate_b": rate_b,
         "detectable": bool(low > 0 or high < 0),
     }
+
+
+def cluster_mean(
+    values: Sequence[float], clusters: Sequence[Hashable], n_boot: int = 2000, seed: int = 0, z: float = 1.96
+) -> dict:
+    """Mean of `values` with a cluster-bootstrap interval: the clusters (e.g. episodes played under several user
+    profiles) are resampled with replacement, each resample's mean pooled over its rows (sum over count).
+
+    The effective n is the number of clusters, `n_items`; with few of them (under about 10) the percentile interval
+    is too narrow, since a resample can only recombine the clusters at hand. One cluster gives the point as its
+    interval. Deterministic for a given `seed`.
+
+    Args:
+        values (`Sequence[float]`): One value per row (e.g. the regret of an episode under one profile).
+        clusters (`Sequence[Hashable]`): The cluster of each row, same length as `values`.
+        n_boot (`int`, *optional*, defaults to `2000`): Bootstrap resamples.
+        seed (`int`, *optional*, defaults to `0`): Seed of the numpy Generator.
+        z (`float`, *optional*, defaults to `1.96`): Normal quantile naming the interval's level (1.96 for 95%).
+
+    Returns:
+        `dict`: `{"mean", "low", "high", "n", "n_items"}`; mean, low and high are 0.0 with no rows.
+    """
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values but {len(clusters)} cluster keys; give one cluster key per value.")
+    if not values:
+        return {"mean": 0.0, "low": 0.0, "high": 0.0, "n": 0, "n_items": 0}
+    sums: dict[Hashable, list[float]] = {}
+    for value, cluster in zip(values, clusters):
+        s_n = sums.setdefault(cluster, [0.0, 0])
+        s_n[0] += float(value)
+        s_n[1] += 1
+    total = np.array([s for s, _ in sums.values()])
+    count = np.array([m for _, m in sums.values()], dtype=float)
+    mean = float(total.sum() / count.sum())
+    idx = np.random.default_rng(seed).integers(0, len(total), size=(n_boot, len(total)))
+    means = total[idx].sum(1) / count[idx].sum(1)
+    alpha = math.erfc(z / math.sqrt(2))
+    low, high = (float(q) for q in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
+    return {"mean": mean, "low": min(low, mean), "high": max(high, mean), "n": len(values), "n_items": len(total)}
+
+
+def bootstrap_auroc(
+    scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, seed: int = 0, z: float = 1.96
+) -> dict:
+    """AUROC of `scores` for the True `labels` (`fic.metrics.auroc`) with a percentile bootstrap interval over the
+    rows (one row per item; resamples that lack a class are skipped).
+
+    Returns:
+        `dict`: `{"auroc", "low", "high", "n", "n_positive"}`; auroc, low and high are None when one class is absent.
+    """
+    from fic.metrics import auroc
+
+    point = auroc(list(scores), list(labels))
+    out = {"auroc": point, "low": None, "high": None, "n": len(scores), "n_positive": sum(map(bool, labels))}
+    if point is None:
+        return out
+    x, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for idx in rng.integers(0, len(x), size=(n_boot, len(x))):
+        value = auroc(x[idx].tolist(), y[idx].tolist())
+        if value is not None:
+            boots.append(value)
+    alpha = math.erfc(z / math.sqrt(2))
+    low, high = (float(q) for q in np.quantile(boots, [alpha / 2, 1 - alpha / 2]))
+    return {**out, "low": min(low, point), "high": max(high, point)}
 
 
 def _share_and_variance(flags: list[bool], clusters: list[Hashable]) -> tuple[float | None, float | None]:

@@ -4,7 +4,8 @@
 Loads `recipes/NAME.yaml`, merges the overrides, parses the result into the method's config dataclass (a subclass of
 a TRL config), TRL's `ModelConfig` and the `eval:` block, then hands the recipe to the method's trainer module.
 Recipe mistakes (unknown recipe, unknown key, bad value, a key the method needs left empty) print one clear line and
-exit with status 2, before any model loads; other user errors (`fic.errors.FicError`: a model, file, row or chat
+exit with status 2, before any model loads; a key that has moved (`eval.lic_runs` -> `eval.lic.runs`) still parses,
+with one `warning:` line naming the new key. Other user errors (`fic.errors.FicError`: a model, file, row or chat
 template that cannot be used) print one line and exit with status 1.
 `python train.py recipe=NAME --help-keys` lists every key the recipe accepts; `--plan [--processes N]` prints what the
 recipe will read and do without loading a model, and exits 1 when it would train on its evaluation data
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from fic.distributed import cpu_backend_overrides
-from fic.recipe import RecipeError, describe_keys, load_raw, parse
+from fic.recipe import RecipeError, describe_keys, load_raw, move_overrides, parse
 
 RECIPES_DIR = Path(os.environ.get("FIC_RECIPES_DIR", Path(__file__).resolve().parent / "recipes"))
 METHODS = {
@@ -44,18 +45,22 @@ def load(argv: list[str]):
         overrides += _plan_overrides(overrides)
     if len(names) != 1 or not names[0]:
         raise RecipeError(f"name exactly one recipe=NAME. {USAGE}")
+    nested = {"eval": EvalConfig}
+    overrides, moved = move_overrides(overrides, nested)
     raw = load_raw(names[0], overrides, RECIPES_DIR)
     method = raw["method"]
     if method not in METHODS:
         raise RecipeError(f"method: unknown method {method!r}; valid methods are {', '.join(METHODS)}")
     module = importlib.import_module(METHODS[method])
-    flat, nested = [module.CONFIG_CLASS, ModelArguments], {"eval": EvalConfig}
+    flat = [module.CONFIG_CLASS, ModelArguments]
     if "--help-keys" in argv:
         print(describe_keys(flat, nested))
         raise SystemExit(0)
     # Fixed output paths: one folder per recipe unless the recipe or an override names one.
     raw.setdefault("output_dir", str(Path("outputs") / Path(names[0]).stem))
-    return parse(names[0], raw, flat, nested), module
+    recipe = parse(names[0], raw, flat, nested)
+    recipe.deprecations[:0] = moved
+    return recipe, module
 
 
 def check(recipe, module) -> None:
@@ -109,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     except FicError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if os.environ.get("RANK", "0") == "0":  # once per launch, not once per process
+        for line in recipe.deprecations:
+            print(f"warning: {line}", file=sys.stderr)
     if "--plan" in argv:
         from fic.trainers.plan import make_plan
 

@@ -1,7 +1,8 @@
 """The evaluations of one model under an `EvalConfig`: `evaluate(backend, tokenizer, config, out_dir)` runs the
 configured evaluations (user-turn probe, LiC, regret) into `out_dir/<evaluation>/` (each with its JSONL,
 summary.json, plots and report.html) and writes `out_dir/metrics.json` last, with the flat metrics
-(`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, `regret/mean_regret`, ..., all named by `fic.metric_names`).
+(`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, `regret/mean_regret`, ...: each evaluation's metrics under its
+registered name; the shipped ones spelt by `fic.metric_names`).
 That file marks the checkpoint as evaluated. Each evaluation is the `evaluate` function of its module, found through
 the registry `fic.evaluations`.
 """
@@ -42,7 +43,8 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
     for name in config.evaluations:
         t0 = time.time()
         module = get_evaluation(name).load()  # fic.evaluations: one registry row per evaluation
-        metrics.update(module.evaluate(backend, tokenizer, config, out_dir / name, model_path, progress))
+        metrics.update(_namespaced(name, module.evaluate(backend, tokenizer, config, out_dir / name, model_path,
+                                                         progress)))  # fmt: skip
         logger.info("%s evaluation of %s took %.1f s", name, model_path or "the model", time.time() - t0)
     record = {
         "step": step,
@@ -54,3 +56,12 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
     }
     write_json(out_dir / METRICS_FILE, record)
     return record
+
+
+def _namespaced(name: str, metrics: dict[str, float]) -> dict[str, float]:
+    """An evaluation's metrics live under its registered name (`lic/p_sharded`), so two evaluations never write the
+    same key and a metric's name says which evaluation made it."""
+    stray = [key for key in metrics if not key.startswith(f"{name}/")]
+    if stray:
+        raise ValueError(f"evaluation {name!r} returned metrics outside its namespace {name}/: {stray[:3]}")
+    return metrics

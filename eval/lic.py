@@ -24,12 +24,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fic import cli_args, metric_names
 from fic.chat import concat_view, full_view, render, turn_end_strings
 from fic.distributed import RankedRows, check_same_on_every_rank, main_process_first, on_main
+from fic.eval_config import EvalConfig, LicConfig
 from fic.generation import SamplingParams
 from fic.jsonl import check_settings, load_done, write_json
 from fic.metrics import lic_scores
 
+from .report import report_dir
 from .simulated_user import ChatEndpoint, ChatModelUser
 
 logger = logging.getLogger(__name__)
@@ -307,21 +310,18 @@ def plot(summary: dict, path: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fic import cli_args
-    from fic.eval_config import EvalConfig
-
-    defaults = EvalConfig()  # the checkpoint callback's `lic_*` settings
+    defaults = LicConfig()  # the checkpoint callback's `eval.lic` settings
     cli_args.add_model_arguments(parser)
-    parser.add_argument("--data", default=defaults.lic_data, help="`synthetic`, or NAME[:PATH] with shards "
+    parser.add_argument("--data", default=defaults.data, help="`synthetic`, or NAME[:PATH] with shards "
                         "(lost_in_conversation, gsm8k)")  # fmt: skip
-    parser.add_argument("--modes", default=",".join(defaults.lic_modes), help="comma-separated: full, concat, sharded")
-    parser.add_argument("--runs", type=cli_args.positive_int, default=defaults.lic_runs, help="runs per instruction "
+    parser.add_argument("--modes", default=",".join(defaults.modes), help="comma-separated: full, concat, sharded")
+    parser.add_argument("--runs", type=cli_args.positive_int, default=defaults.runs, help="runs per instruction "
                         "and mode (N)")  # fmt: skip
-    parser.add_argument("--temperature", type=float, default=defaults.lic_temperature,
+    parser.add_argument("--temperature", type=float, default=defaults.temperature,
                         help="sampling temperature of the assistant turns")  # fmt: skip
-    cli_args.add_limit_argument(parser, defaults.lic_limit, help="instructions")
-    cli_args.add_token_arguments(parser, defaults.lic_max_new_tokens, turn="tokens per assistant turn")
-    cli_args.add_seed_argument(parser, defaults.seed)
+    cli_args.add_limit_argument(parser, defaults.limit, help="instructions")
+    cli_args.add_token_arguments(parser, defaults.max_new_tokens, turn="tokens per assistant turn")
+    cli_args.add_seed_argument(parser, EvalConfig().seed)
     cli_args.add_user_arguments(parser)
     cli_args.add_out_argument(parser)
 
@@ -366,15 +366,11 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
     """LiC as a registered evaluation (`fic.evaluations`): `run_lic` under the `eval:` block, flat metrics."""
-    from fic import metric_names
-
-    from .report import report_dir
-
-    tasks = load_tasks(config.lic_data, config.lic_limit, config.seed, f"eval.lic_data={config.lic_data!r}")
+    lic = config.block("lic")
+    tasks = load_tasks(lic.data, lic.limit, config.seed, f"eval.lic.data={lic.data!r}")
     summary = run_lic(
-        backend, tokenizer, tasks, out_dir, modes=config.lic_modes, runs=config.lic_runs,
-        temperature=config.lic_temperature, max_new_tokens=config.lic_max_new_tokens, seed=config.seed,
-        progress=progress,
+        backend, tokenizer, tasks, out_dir, modes=lic.modes, runs=lic.runs, temperature=lic.temperature,
+        max_new_tokens=lic.max_new_tokens, seed=config.seed, progress=progress,
     )  # fmt: skip
     report_dir("lic", out_dir)
     metrics = {}

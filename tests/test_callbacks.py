@@ -139,8 +139,8 @@ def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stu
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     spec = write_questions(tmp_path / "data" / "questions.jsonl")
     config = EvalConfig(enabled=True, evaluations=["probe", "lic"], datasets=[spec], temperatures=[0.0, 1.0],
-                        samples=2, limit=2, max_new_tokens=12, response_tokens=12, lic_limit=2,
-                        lic_max_new_tokens=8, log_samples=5)  # fmt: skip
+                        samples=2, limit=2, max_new_tokens=12, response_tokens=12,
+                        blocks={"lic": {"limit": 2, "max_new_tokens": 8}}, log_samples=5)  # fmt: skip
     recipe = {"method": "collab_sft", "learning_rate": 1e-3, "eval": {"enabled": True, "datasets": [spec]},
               "judge_api_key": RECIPE_SECRET, "hub_token": "hf_token_value_xyz",
               "note": f"the key is {ENV_SECRET}"}  # fmt: skip
@@ -345,7 +345,8 @@ def _main(out_dir: str) -> None:
     out = Path(out_dir)
     spec = write_questions(out.parent / "data" / "questions.jsonl", n=2)
     config = EvalConfig(enabled=True, evaluations=["probe", "lic"], datasets=[spec], temperatures=[1.0], samples=2,
-                        limit=2, max_new_tokens=12, response_tokens=12, lic_limit=2, lic_max_new_tokens=8)  # fmt: skip
+                        limit=2, max_new_tokens=12, response_tokens=12,
+                        blocks={"lic": {"limit": 2, "max_new_tokens": 8}})  # fmt: skip
     trainer, callback = train(out, config, max_steps=2, save_steps=1)
     state = PartialState()
     (out / f"rank{state.process_index}.json").write_text(json.dumps({

@@ -34,7 +34,8 @@ def test_probe_defaults_are_the_callbacks():
     assert [float(t) for t in args.temperatures.split(",")] == config.temperatures
     assert (args.judge, args.responses) == (config.judge, config.responses)
     lic = parser_for("lic").parse_args(["--model", "m", "--out", "o"])
-    assert (lic.limit, lic.runs, lic.max_new_tokens) == (config.lic_limit, config.lic_runs, config.lic_max_new_tokens)
+    block = config.block("lic")
+    assert (lic.limit, lic.runs, lic.max_new_tokens) == (block.limit, block.runs, block.max_new_tokens)
 
 
 def test_help_shows_defaults_and_hides_old_spellings():

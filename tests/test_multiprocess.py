@@ -208,7 +208,7 @@ def test_checkpoint_evaluation_under_fsdp_reads_the_checkpoint_from_disk(tmp_pat
     `fic.trainers.callbacks.full_weights` gathers them first, see the test below)."""
     args = [*TOPOLOGY, f"train_data={gsm8k(shared_data)}", "save_strategy=steps", "save_steps=2", "use_peft=false",
             "eval.enabled=true", "eval.every_n_saves=1", "eval.load_from=disk", "eval.evaluations=[lic]",
-            "eval.lic_data=synthetic", "eval.lic_limit=2", "eval.lic_max_new_tokens=4", "eval.datasets=[]"]  # fmt: skip
+            "eval.lic.data=synthetic", "eval.lic.limit=2", "eval.lic.max_new_tokens=4", "eval.datasets=[]"]  # fmt: skip
     config = tmp_path / "fsdp2_sharded.yaml"  # accelerate sets FSDP_STATE_DICT_TYPE from the config file
     text = (ROOT / "accelerate_configs" / "fsdp2_cpu.yaml").read_text()
     config.write_text(text.replace("FULL_STATE_DICT", "SHARDED_STATE_DICT"))

@@ -140,22 +140,22 @@ def test_plan_runs_for_every_recipe(name, shared_data):
 
 def test_plan_refuses_training_on_the_evaluation_data(shared_data):
     test = shared_data / "gsm8k" / "test.jsonl"
-    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic_data=gsm8k:{test}", "train_on_test=true",
+    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic.data=gsm8k:{test}", "train_on_test=true",
                 in_process=False)  # the command itself: exit status 1 and one line, no traceback  # fmt: skip
     assert done.returncode == 1, done.stdout[-2000:]
-    assert "overlaps" in done.stderr and "train_data=" in done.stderr and "eval.lic_data=" in done.stderr
+    assert "overlaps" in done.stderr and "train_data=" in done.stderr and "eval.lic.data=" in done.stderr
     assert "Traceback" not in done.stderr
-    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic_data=gsm8k:{test}")
+    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic.data=gsm8k:{test}")
     assert done.returncode == 1 and "overlaps" in done.stderr and "Traceback" not in done.stderr
     train = shared_data / "gsm8k" / "train.jsonl"
-    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic_data=gsm8k:{train}")
+    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{test}", f"eval.lic.data=gsm8k:{train}")
     assert done.returncode == 1 and "reads the test split" in done.stderr  # train_on_test is not set
 
 
 def test_plan_of_fic_llama3b_on_train_and_test(shared_data):
     data = shared_data / "gsm8k"
     done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{data / 'train.jsonl'}",
-                f"eval.lic_data=gsm8k:{data / 'test.jsonl'}", "--processes", "8")  # fmt: skip
+                f"eval.lic.data=gsm8k:{data / 'test.jsonl'}", "--processes", "8")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "optimizer steps: 468" in out  # 7,473 problems, 7,465 with two shards or more; 32 per step; 2 epochs

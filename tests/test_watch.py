@@ -26,8 +26,8 @@ from fic.eval.checkpoints import checkpoint_step, is_evaluated
 ROOT = Path(__file__).resolve().parents[1]
 
 # The cheapest evaluation: LiC on 4 synthetic tasks, short replies (its rows are written mode by mode).
-EVAL = ["eval.enabled=false", "eval.evaluations=[lic]", "eval.datasets=[]", "eval.lic_limit=4",
-        "eval.lic_modes=[full,sharded]", "eval.lic_max_new_tokens=8"]  # fmt: skip
+EVAL = ["eval.enabled=false", "eval.evaluations=[lic]", "eval.datasets=[]", "eval.lic.limit=4",
+        "eval.lic.modes=[full,sharded]", "eval.lic.max_new_tokens=8"]  # fmt: skip
 
 
 def watcher(run: Path, log: Path):

@@ -229,10 +229,11 @@ def eval_cost(recipe, items: list[DataPlan], evaluations: int) -> list[str]:
         lines.append(f"probe {item.spec}: {prompts} prompts x {per_prompt} samples x {ev.max_new_tokens} tokens "
                      f"= {prompts * per_prompt * ev.max_new_tokens} generated tokens per evaluation"
                      + (f" (+ {prompts} answers x {ev.response_tokens} tokens)" if ev.responses == "model" else ""))  # fmt: skip
-    for item in (i for i in items if i.role == "eval" and i.field == "eval.lic_data"):
-        prompts = item.rows if item.rows is not None else ev.lic_limit
-        lines.append(f"lic {item.spec}: {prompts} tasks x {len(ev.lic_modes)} views x {ev.lic_runs} runs x "
-                     f"{ev.lic_max_new_tokens} tokens per answer, per evaluation")  # fmt: skip
+    lic = ev.block("lic")
+    for item in (i for i in items if i.role == "eval" and i.field == "eval.lic.data"):
+        prompts = item.rows if item.rows is not None else lic.limit
+        lines.append(f"lic {item.spec}: {prompts} tasks x {len(lic.modes)} views x {lic.runs} runs x "
+                     f"{lic.max_new_tokens} tokens per answer, per evaluation")  # fmt: skip
     if lines:
         lines.append(f"evaluations: {evaluations}")
     return lines
@@ -275,7 +276,7 @@ def make_plan(recipe, processes: int, module) -> str:
     ev = recipe.get(EvalConfig)
     fired = next((int(s.split(": ")[1].split()[0]) for s in sched if s.startswith("in-training evaluations (")), 0)
     evaluations = fired + plan.evaluations_outside_saves
-    lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.lic_data else []
+    lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.block("lic").data else []
     lines += judge_fit(recipe, items)
     lines += notes
     return "\n".join(lines)

@@ -21,12 +21,15 @@ import random
 import sys
 from pathlib import Path
 
+from fic import cli_args, metric_names
 from fic.cli_args import backend_name
 from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
 from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
 from fic.eval.clarify.tracker import LLMTracker, RuleTracker
 from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
+from fic.eval.report import report_dir
+from fic.eval_config import EvalConfig, RegretConfig
 from fic.jsonl import append_rows, check_settings, load_keyed, write_json
 from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
 
@@ -34,8 +37,6 @@ logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fic import cli_args
-    from fic.eval_config import EvalConfig
 
     parser.add_argument("--scenario", required=True, choices=SCENARIOS, help="products or ambigqa")
     parser.add_argument(
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_model_arguments(parser, required=False, tokenizer=False,
                                  help=f"{cli_args.MODEL_HELP}; for --policy model/bag")  # fmt: skip
     parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all")
-    cli_args.add_limit_argument(parser, EvalConfig().regret_episodes, help="episodes (each played under every "
+    cli_args.add_limit_argument(parser, RegretConfig().limit, help="episodes (each played under every "
                                 "profile)", aliases=("--episodes",))  # fmt: skip
     cli_args.add_seed_argument(parser, required=True)
     cli_args.add_out_argument(parser)
@@ -325,15 +326,14 @@ def run_regret(args) -> dict:
 def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
     """Regret as a registered evaluation (`fic.evaluations`): `run_regret` on the checkpoint folder (it loads its
     model from a path, not from `backend`), flat metrics."""
-    from fic import metric_names
-    from fic.eval.report import report_dir
 
     if model_path is None:
         raise ValueError("eval.evaluations includes regret, which loads the model from its checkpoint folder; "
                          "no folder was given (evaluate a saved checkpoint)")  # fmt: skip
-    extra = {"data": config.regret_data} if config.regret_data else {}
-    summary = run_regret(settings(config.regret_scenario, config.regret_policy, out_dir, model=str(model_path),
-                                  limit=config.regret_episodes, seed=config.seed, **extra))  # fmt: skip
+    block = config.block("regret")
+    extra = {"data": block.data} if block.data else {}
+    summary = run_regret(settings(block.scenario, block.policy, out_dir, model=str(model_path), limit=block.limit,
+                                  seed=config.seed, **extra))  # fmt: skip
     report_dir("regret", out_dir)
     metrics = {metric_names.REGRET_MEAN: summary["regret"], metric_names.REGRET_VALUE: summary["value"]}
     for key in ("resolution_rate", "turns_mean", "abstain_rate"):

@@ -7,10 +7,11 @@ Secrets never go in here: the LLM judge reads its key from the environment (`FIC
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+import copy
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
-from fic.evaluations import EVALUATIONS
+from fic.evaluations import EVALUATIONS, config_blocks
 from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS, JudgeKind
 
 BACKENDS = ("transformers", "vllm")
@@ -59,27 +60,11 @@ class EvalConfig:
             Probe assistant answers: `model` (the checkpoint answers greedily) or `data` (the data's reference).
         response_tokens (`int`, defaults to `128`):
             Generation budget per assistant answer in the probe.
-        lic_data (`str`, defaults to `"synthetic"`):
-            LiC tasks: `synthetic` (CPU task family) or a `NAME[:PATH]` source with shards.
-        lic_limit (`int`, defaults to `20`):
-            LiC instructions.
-        lic_runs (`int`, defaults to `1`):
-            LiC runs per instruction and mode (N).
-        lic_modes (`list[str]`, defaults to `["full", "concat", "sharded"]`):
-            LiC modes.
-        lic_max_new_tokens (`int`, defaults to `64`):
-            Generation budget per LiC assistant turn.
-        lic_temperature (`float`, defaults to `0.0`):
-            Sampling temperature of the LiC assistant turns (use `> 0` with `lic_runs > 1`, or all runs are equal).
-        regret_scenario (`str`, defaults to `"products"`):
-            Hidden-intent scenario for `regret`: `products` or `ambigqa` (read from the shared data folder unless
-            `regret_data` names a file).
-        regret_data (`str` or `None`):
-            Data file for the regret scenario.
-        regret_policy (`str`, defaults to `"model"`):
-            The policy under test (`model`, `bag`, or a rule policy as a sanity baseline).
-        regret_episodes (`int`, defaults to `10`):
-            Regret episodes (each played under every user profile).
+        blocks (`dict[str, dataclass]`):
+            The config blocks of the registered evaluations that have one, by name (`eval.lic.*`: `LicConfig`,
+            `eval.regret.*`: `RegretConfig`); read one with `config.block(name)`. In a recipe each is a nested
+            mapping (`eval: {lic: {runs: 3}}` or `eval.lic.runs=3`); the flat keys of earlier releases
+            (`eval.lic_runs`, `eval.regret_episodes`, ...) are read for one more release with a deprecation line.
         every_n_saves (`int`, defaults to `1`):
             Evaluate every n-th save (1: every checkpoint).
         load_from (`str`, defaults to `"auto"`):
@@ -108,20 +93,11 @@ class EvalConfig:
     perturbations: list[str] = field(default_factory=lambda: ["none"])
     responses: Literal["model", "data"] = "model"
     response_tokens: int = 128
-    lic_data: str = "synthetic"
-    lic_limit: int = 20
-    lic_runs: int = 1
-    lic_modes: list[str] = field(default_factory=lambda: ["full", "concat", "sharded"])
-    lic_max_new_tokens: int = 64
-    lic_temperature: float = 0.0
-    regret_scenario: str = "products"
-    regret_data: str | None = None
-    regret_policy: str = "model"
-    regret_episodes: int = 10
     every_n_saves: int = 1
     load_from: Literal["auto", "memory", "disk"] = "auto"
     batch_size: int = 8
     log_samples: int = 32
+    blocks: dict[str, Any] = field(default_factory=dict, metadata={"recipe_key": False})
 
     def __post_init__(self):
         self.evaluations = list(self.evaluations)
@@ -143,11 +119,9 @@ class EvalConfig:
             raise ValueError(f"eval.load_from: unknown {self.load_from!r}; valid: {', '.join(LOAD_FROM)}")
         if self.responses not in ("model", "data"):
             raise ValueError(f"eval.responses: {self.responses!r}; valid: model, data")
-        for name in ("samples", "limit", "max_new_tokens", "response_tokens", "lic_limit", "lic_runs",
-                     "lic_max_new_tokens", "regret_episodes", "every_n_saves", "batch_size"):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"eval.{name}: {value!r}; pass an integer >= 1")
+        _check_positive(self, "eval.", ("samples", "limit", "max_new_tokens", "response_tokens", "every_n_saves",
+                                         "batch_size"))  # fmt: skip
+        self.blocks = self._build_blocks(self.blocks)
         if self.log_samples < 0:
             raise ValueError(f"eval.log_samples: {self.log_samples!r}; pass 0 (no table) or a positive number")
         self.temperatures = [float(t) for t in self.temperatures]
@@ -165,11 +139,124 @@ class EvalConfig:
                 "eval.datasets=[healthbench:PATH] (or drop probe from eval.evaluations)"
             )
 
+    @staticmethod
+    def _build_blocks(given: dict) -> dict[str, Any]:
+        """Every registered block, from `given` (instances or mappings) or its defaults."""
+        classes = config_blocks()
+        unknown = sorted(set(given) - set(classes))
+        if unknown:
+            raise ValueError(f"eval: unknown config block {unknown}; valid: {sorted(classes)}")
+        blocks = {}
+        for name, cls in classes.items():
+            value = given.get(name)
+            blocks[name] = value if isinstance(value, cls) else cls(**(value or {}))
+        return blocks
+
+    def block(self, name: str) -> Any:
+        """The config block of evaluation `name` (`config.block("lic").runs`)."""
+        if name not in self.blocks:
+            raise ValueError(f"evaluation {name!r} has no config block; blocks: {', '.join(self.blocks) or '(none)'}")
+        return self.blocks[name]
+
+    @classmethod
+    def recipe_blocks(cls) -> dict[str, type]:
+        """The nested blocks a recipe's `eval:` mapping may hold (`fic.recipe` parses them into `blocks`)."""
+        return config_blocks()
+
+    @classmethod
+    def deprecated_keys(cls) -> dict[str, str]:
+        """Flat keys of earlier releases -> their key now (`lic_runs` -> `lic.runs`), from each block's `FLAT_KEYS`."""
+        return {old: f"{name}.{new}" for name, block in config_blocks().items()
+                for old, new in getattr(block, "FLAT_KEYS", {}).items()}  # fmt: skip
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The recipe's shape: the shared keys, then each block as a nested mapping under its name."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "blocks"}
+        return copy.deepcopy(values) | {name: asdict(block) for name, block in self.blocks.items()}
 
     @classmethod
     def from_dict(cls, values: dict) -> EvalConfig:
-        """Build from a saved mapping, ignoring keys this version does not know (files outlive code)."""
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        """Build from a saved mapping (`to_dict`'s shape, or the flat keys an earlier release wrote), ignoring keys
+        this version does not know (files outlive code)."""
+        values = dict(values)
+        blocks = {name: dict(values.pop(name, None) or {}) for name in config_blocks()}
+        for old, new in cls.deprecated_keys().items():
+            if old in values:
+                name, key = new.split(".", 1)
+                blocks[name].setdefault(key, values.pop(old))
+        blocks = {name: {k: v for k, v in given.items() if k in {f.name for f in fields(config_blocks()[name])}}
+                  for name, given in blocks.items()}  # fmt: skip
+        known = {f.name for f in fields(cls)} - {"blocks"}
+        return cls(**{k: v for k, v in values.items() if k in known}, blocks=blocks)
+
+
+@dataclass
+class LicConfig:
+    """The `eval.lic` block: Lost-in-Conversation settings for checkpoint evaluation (`fic lic`'s defaults too).
+
+    Args:
+        data (`str`, defaults to `"synthetic"`):
+            LiC tasks: `synthetic` (CPU task family) or a `NAME[:PATH]` source with shards.
+        limit (`int`, defaults to `20`):
+            LiC instructions.
+        runs (`int`, defaults to `1`):
+            Runs per instruction and mode (N).
+        modes (`list[str]`, defaults to `["full", "concat", "sharded"]`):
+            LiC modes.
+        max_new_tokens (`int`, defaults to `64`):
+            Generation budget per assistant turn.
+        temperature (`float`, defaults to `0.0`):
+            Sampling temperature of the assistant turns (use `> 0` with `runs > 1`, or all runs are equal).
+    """
+
+    FLAT_KEYS: ClassVar[dict[str, str]] = {
+        "lic_data": "data", "lic_limit": "limit", "lic_runs": "runs", "lic_modes": "modes",
+        "lic_max_new_tokens": "max_new_tokens", "lic_temperature": "temperature",
+    }  # fmt: skip
+
+    data: str = "synthetic"
+    limit: int = 20
+    runs: int = 1
+    modes: list[str] = field(default_factory=lambda: ["full", "concat", "sharded"])
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+
+    def __post_init__(self):
+        _check_positive(self, "eval.lic.", ("limit", "runs", "max_new_tokens"))
+        self.modes = list(self.modes)
+
+
+@dataclass
+class RegretConfig:
+    """The `eval.regret` block: hidden-intent clarification settings for checkpoint evaluation.
+
+    Args:
+        scenario (`str`, defaults to `"products"`):
+            Hidden-intent scenario: `products` or `ambigqa` (read from the shared data folder unless `data` names a
+            file).
+        data (`str` or `None`):
+            Data file for the scenario.
+        policy (`str`, defaults to `"model"`):
+            The policy under test (`model`, `bag`, or a rule policy as a sanity baseline).
+        limit (`int`, defaults to `10`):
+            Episodes (each played under every user profile); `fic regret --limit`.
+    """
+
+    FLAT_KEYS: ClassVar[dict[str, str]] = {
+        "regret_scenario": "scenario", "regret_data": "data", "regret_policy": "policy", "regret_episodes": "limit",
+    }  # fmt: skip
+
+    scenario: str = "products"
+    data: str | None = None
+    policy: str = "model"
+    limit: int = 10
+
+    def __post_init__(self):
+        _check_positive(self, "eval.regret.", ("limit",))
+
+
+def _check_positive(config, prefix: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{prefix}{name}: {value!r}; pass an integer >= 1")

@@ -2,7 +2,9 @@
 
 A recipe is flat, as in TRL's own example configs: every top-level key belongs to one of the method's dataclasses
 (its `<Method>Config`, a subclass of a TRL config, and TRL's `ModelConfig`), except `method`, `description`, and
-nested blocks such as `eval:` that parse into their own dataclass. Overrides are merged with OmegaConf. Unknown keys
+nested blocks such as `eval:` that parse into their own dataclass. A block's class may hold blocks of its own
+(`recipe_blocks()`, e.g. `eval.lic.*`) and name keys it has moved (`deprecated_keys()`: the old key still parses, with
+a deprecation line in `Recipe.deprecations`). Overrides are merged with OmegaConf. Unknown keys
 are errors that suggest the closest valid keys; values are checked against the field's type before any dataclass is
 built, so a bad value names the key, the value and the expected type instead of failing deep inside a trainer.
 """
@@ -35,6 +37,7 @@ class Recipe:
     method: str
     configs: dict[type, Any]
     raw: dict = field(default_factory=dict)
+    deprecations: list[str] = field(default_factory=list)
 
     def get(self, cls: type):
         """The parsed instance of `cls` (one of the dataclasses the recipe was parsed into)."""
@@ -107,7 +110,24 @@ def _fields(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
     except Exception:  # some library dataclasses annotate with names that are not importable at runtime
         hints = {}
-    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls) if f.init}
+    return {f.name: hints.get(f.name, f.type) for f in _key_fields(cls)}
+
+
+def _key_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields a recipe sets by key (not a block's `blocks`, which holds its nested blocks)."""
+    return [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("recipe_key", True)]
+
+
+def _sub_blocks(cls: type) -> dict[str, type]:
+    """The nested blocks of block class `cls` (`{"lic": LicConfig, ...}` for `EvalConfig`)."""
+    return cls.recipe_blocks() if hasattr(cls, "recipe_blocks") else {}
+
+
+def _walk_blocks(nested: dict[str, type], prefix: str = ""):
+    """(dotted prefix, class) of every block and sub-block: ("eval.", EvalConfig), ("eval.lic.", LicConfig), ..."""
+    for block, cls in nested.items():
+        yield f"{prefix}{block}.", cls
+        yield from _walk_blocks(_sub_blocks(cls), f"{prefix}{block}.")
 
 
 def _type_name(tp: Any) -> str:
@@ -196,9 +216,9 @@ def coerce(value: Any, tp: Any) -> Any:
     return value
 
 
-def _build(cls: type, values: dict, prefix: str = "") -> Any:
+def _build(cls: type, values: dict, prefix: str = "", extra: dict | None = None) -> Any:
     fields = _fields(cls)
-    kwargs = {}
+    kwargs = dict(extra or {})
     for key, value in values.items():
         try:
             kwargs[key] = coerce(value, fields[key])
@@ -242,23 +262,76 @@ def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None
         for cls in owners:
             per_class[cls][key] = value
     configs = {cls: _build(cls, values) for cls, values in per_class.items()}
+    deprecations: list[str] = []
     for block, cls in nested.items():
-        values = raw.get(block) or {}
-        if not isinstance(values, dict):
-            raise RecipeError(f"{block}: expected a mapping of keys, got {values!r}")
-        block_fields = sorted(_fields(cls))
-        for key in values:
-            if key not in block_fields:
-                raise _unknown(f"{block}.{key}", [f"{block}.{k}" for k in block_fields], f"in recipe {name!r}")
-        configs[cls] = _build(cls, values, prefix=f"{block}.")
-    return Recipe(name=name, method=str(raw["method"]), configs=configs, raw=raw)
+        configs[cls] = _build_block(cls, raw.get(block), f"{block}.", name, deprecations)
+    return Recipe(name=name, method=str(raw["method"]), configs=configs, raw=raw, deprecations=deprecations)
+
+
+def _build_block(cls: type, values: Any, prefix: str, name: str, deprecations: list[str]) -> Any:
+    """Build block class `cls` from the mapping `values` found at `prefix` (e.g. `eval.`), its sub-blocks first."""
+    values = dict(_mapping(values, prefix))
+    for old, new in (cls.deprecated_keys() if hasattr(cls, "deprecated_keys") else {}).items():
+        if old not in values:
+            continue
+        block, key = new.split(".", 1)
+        target = values[block] = dict(_mapping(values.get(block), f"{prefix}{block}."))
+        value = values.pop(old)
+        deprecations.append(_deprecation(f"{prefix}{old}", f"{prefix}{new}", ignored=key in target))
+        target.setdefault(key, value)  # the new key wins: an override of it is newer than a recipe's old key
+    blocks = _sub_blocks(cls)
+    own = sorted(_fields(cls))
+    for key in values:
+        if key not in own and key not in blocks:
+            raise _unknown(f"{prefix}{key}", valid_keys([], {prefix[:-1]: cls}), f"in recipe {name!r}")
+    built = {block: _build_block(sub, values.get(block), f"{prefix}{block}.", name, deprecations)
+             for block, sub in blocks.items()}  # fmt: skip
+    mine = {k: v for k, v in values.items() if k not in blocks}
+    return _build(cls, mine, prefix=prefix, extra={"blocks": built} if blocks else None)
+
+
+def _deprecation(old: str, new: str, ignored: bool = False) -> str:
+    why = f" ({old} is ignored: {new} is set too)" if ignored else " (the old key is read for one more release)"
+    return f"{old} is deprecated: use {new}{why}"
+
+
+def moved_keys(nested: dict[str, type]) -> dict[str, str]:
+    """Dotted keys that have moved, old -> new (`eval.lic_runs` -> `eval.lic.runs`), from the blocks'
+    `deprecated_keys()`."""
+    moved = {}
+    for prefix, cls in _walk_blocks(nested):
+        if hasattr(cls, "deprecated_keys"):
+            moved.update({f"{prefix}{old}": f"{prefix}{new}" for old, new in cls.deprecated_keys().items()})
+    return moved
+
+
+def move_overrides(overrides: list[str], nested: dict[str, type]) -> tuple[list[str], list[str]]:
+    """Overrides with moved keys rewritten to their new key (so they win over the recipe as any override does), and
+    one deprecation line per rewrite."""
+    moved = moved_keys(nested)
+    out, lines = [], []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in moved:
+            lines.append(_deprecation(key, moved[key]))
+            item = f"{moved[key]}={value}"
+        out.append(item)
+    return out, lines
+
+
+def _mapping(values: Any, prefix: str) -> dict:
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise RecipeError(f"{prefix[:-1]}: expected a mapping of keys, got {values!r}")
+    return values
 
 
 def valid_keys(flat: list[type], nested: dict[str, type] | None = None) -> list[str]:
     """All keys a recipe of these dataclasses accepts (for `train.py --help-keys` and error messages)."""
     keys = {k for cls in flat for k in _fields(cls)}
-    for block, cls in (nested or {}).items():
-        keys |= {f"{block}.{k}" for k in _fields(cls)}
+    for prefix, cls in _walk_blocks(nested or {}):
+        keys |= {f"{prefix}{k}" for k in _fields(cls)}
     return sorted(keys)
 
 
@@ -321,8 +394,8 @@ def describe_keys(flat: list[type], nested: dict[str, type] | None = None, width
                 continue
             seen.add(f.name)
             groups.setdefault(_owner(cls, f.name), []).append((f.name, f, hints.get(f.name, f.type), cls))
-    blocks = [(f"{block}.", cls, [(f.name, f, _fields(cls).get(f.name, f.type), cls) for f in dataclasses.fields(cls)
-                                   if f.init]) for block, cls in (nested or {}).items()]  # fmt: skip
+    blocks = [(prefix, cls, [(f.name, f, _fields(cls)[f.name], cls) for f in _key_fields(cls)])
+              for prefix, cls in _walk_blocks(nested or {})]  # fmt: skip
     is_fic = lambda klass: klass.__module__.split(".")[0] == "fic"  # noqa: E731
     ordered = [("", k, v) for k, v in groups.items() if is_fic(k)] + blocks
     ordered += [("", k, v) for k, v in groups.items() if not is_fic(k)]

@@ -224,8 +224,9 @@ def _plan_reads(args: VASDConfig, eval_config) -> list[tuple]:
     if args.train_data and not (args.train_data.endswith(".jsonl") and ":" not in args.train_data):
         out.append(("train", "train_data", args.train_data, args.train_limit))
     ev = eval_config
-    if "lic" in ev.evaluations and ev.lic_data and ev.lic_data != "synthetic" and ev.enabled:
-        out.append(("eval", "eval.lic_data", ev.lic_data, ev.lic_limit))
+    lic = ev.block("lic")
+    if "lic" in ev.evaluations and lic.data and lic.data != "synthetic" and ev.enabled:
+        out.append(("eval", "eval.lic.data", lic.data, lic.limit))
     return out
 
 

@@ -11,6 +11,8 @@ import importlib
 import logging
 import sys
 
+from fic.evaluations import EVALUATIONS
+
 # name: (module, add-arguments function, run function, one-line help); the evaluations come from the registry
 # `fic.evaluations` (`commands()`), each a `fic NAME` command.
 OTHER_COMMANDS: dict[str, tuple[str, str, str, str]] = {
@@ -31,8 +33,6 @@ OTHER_COMMANDS: dict[str, tuple[str, str, str, str]] = {
 
 def commands() -> dict[str, tuple[str, str, str, str]]:
     """Every `fic` command: the registered evaluations (`fic.evaluations`) first, then the other commands."""
-    from fic.evaluations import EVALUATIONS
-
     evaluations = {e.name: (e.module, "add_arguments", "run", e.help) for e in EVALUATIONS.values()}
     return {**evaluations, **OTHER_COMMANDS}
 

@@ -178,14 +178,14 @@ class EvalConfig:
     def from_dict(cls, values: dict) -> EvalConfig:
         """Build from a saved mapping (`to_dict`'s shape, or the flat keys an earlier release wrote), ignoring keys
         this version does not know (files outlive code)."""
-        values = dict(values)
-        blocks = {name: dict(values.pop(name, None) or {}) for name in config_blocks()}
+        values, classes = dict(values), config_blocks()
+        blocks = {name: dict(values.pop(name, None) or {}) for name in classes}
         for old, new in cls.deprecated_keys().items():
             if old in values:
                 name, key = new.split(".", 1)
                 blocks[name].setdefault(key, values.pop(old))
-        blocks = {name: {k: v for k, v in given.items() if k in {f.name for f in fields(config_blocks()[name])}}
-                  for name, given in blocks.items()}  # fmt: skip
+        known = {name: {f.name for f in fields(block)} for name, block in classes.items()}
+        blocks = {name: {k: v for k, v in given.items() if k in known[name]} for name, given in blocks.items()}
         known = {f.name for f in fields(cls)} - {"blocks"}
         return cls(**{k: v for k, v in values.items() if k in known}, blocks=blocks)
 

@@ -11,7 +11,13 @@ whose table numbers are not recorded in this repository name the result instead 
 
 from __future__ import annotations
 
+from probe import SETTINGS as _PROBE
+
 MODEL = "SmolLM2-135M-Instruct on 2 CPU cores"
+_PROBE_ITEMS = (
+    f"{_PROBE['limit']} items per dataset outside the judge's fit, 1 greedy turn per item at T=0 and "
+    f"{_PROBE['samples']} per item at each T > 0"
+)
 JUDGE = "the offline `learned` judge (rules + a classifier fitted on labels by AI-agent annotators), not an LLM judge"
 
 CROSSWALK = (
@@ -20,10 +26,11 @@ CROSSWALK = (
         "item": "Table 1",
         "shows": "controls: truncate the answer, append a generic question; base and perturbed rate, % changed",
         "part": "probe",
-        "fic_table": "Table 4: controls",
-        "differs": f"{MODEL}; 30 items per dataset outside the judge's fit, one turn per item; controls at T=0 and "
-        f"T=1.0 only; judged by {JUDGE}; adds the paired difference from none and the seed floor of % changed "
-        "(the share of turns another seed changes by itself)",
+        "fic_table": "Table 1: controls",
+        "differs": f"{MODEL}; {_PROBE_ITEMS}; controls at T=0 only (at T=1.0 another seed alone changed 97-100% of "
+        "the turns in the earlier run, so % changed cannot show a control there; SCALE=gpu adds T=1.0); judged by "
+        f"{JUDGE}; adds the paired difference from the base with its minimum detectable effect, and the seed floor "
+        "of % changed",
     },
     {
         "paper": "probe paper",
@@ -37,47 +44,60 @@ CROSSWALK = (
     },
     {
         "paper": "probe paper",
+        "item": "Table 2, base model",
+        "shows": "the base model's follow-up rate on held-out HealthBench, Coval and IFBench",
+        "part": "probe",
+        "fic_table": "Table 2 (base model)",
+        "differs": f"{MODEL}; {_PROBE_ITEMS}; HealthBench (first 30 examples) and IFBench as in the paper, MT-Bench "
+        "stands in for Coval (openai/coval is not available offline); raw rate at T=0.7 beside the corrected rate "
+        "and the generic floor of every turn; the trained models' rows are in the collab part's table",
+    },
+    {
+        "paper": "probe paper",
         "item": "Tables 3 and 5",
         "shows": "task accuracy beside the follow-up rate",
         "part": "probe",
-        "fic_table": "Table 1: genuine follow-up rate",
-        "differs": "a column of fic's Table 1 (and of the collab table), not a table of its own; accuracy only where "
-        "a checker exists (GSM8K, 30 items in the probe, 20 in collab); the other datasets show n/a",
+        "fic_table": "Tables 3 and 5: answer accuracy beside",
+        "differs": "accuracy only where a checker exists (GSM8K); the other datasets show n/a; adds the follow-up "
+        "rate when the answer was right and when it was wrong, with item-clustered intervals",
     },
     {
         "paper": "probe paper",
         "item": "Table 4",
         "shows": "genuine follow-up rate by temperature",
         "part": "probe",
-        "fic_table": "Table 1: genuine follow-up rate",
-        "differs": f"{MODEL}; GSM8K, MT-Bench, HealthBench, IFEval (no IFBench); T in 0, 0.3, 0.7, 1.0 with one turn "
-        "per item and temperature (n=30 per cell); the T=1.0 - T=0 paired difference is a separate table",
+        "fic_table": "Table 4: genuine follow-up rate by temperature",
+        "differs": f"{MODEL}; GSM8K, MT-Bench, HealthBench, IFBench (IFEval dropped for time; SCALE=gpu adds it); "
+        f"{_PROBE_ITEMS}; T in 0, 0.3, 0.7, 1.0; the T=1.0 - T=0 paired difference with its minimum detectable "
+        "effect is a separate table",
     },
     {
         "paper": "probe paper",
         "item": "Figures 1 and 4",
         "shows": "follow-up rate against temperature, drawn",
         "part": "probe",
-        "fic_table": None,
-        "differs": "not drawn: the numbers are in fic's Table 1, no figure is in the report",
+        "fic_table": "Figures 1 and 4: genuine follow-up rate against temperature",
+        "differs": "one figure for both: the rates of fic's Table 4 with their 95% item-clustered intervals as error "
+        "bars, a PNG in the probe part's folder, embedded in report.md",
     },
     {
         "paper": "probe paper",
         "item": "Table 6",
         "shows": "failure-mode distribution",
         "part": "probe",
-        "fic_table": "Table 6: failure-mode distribution",
-        "differs": "per dataset (not pooled), unperturbed turns of all temperatures, labels from the `learned` judge",
+        "fic_table": "Table 6: failure modes, pooled",
+        "differs": "pooled over datasets and temperatures with item-clustered intervals, each dataset's share beside; "
+        "unperturbed turns; labels from the `learned` judge",
     },
     {
         "paper": "probe paper",
         "item": "Table 7",
         "shows": "judge validation: N, agreement and kappa, genuine and per label, random and balanced slices",
         "part": "probe",
-        "fic_table": None,
-        "differs": "no table in the report: each part prints the judge's test-split kappa and false-positive rate "
-        "on 180 labelled SmolLM2 turns (labels by independent AI-agent annotators following a written "
-        "guideline, blind; labels/followup/judge_eval.json)",
+        "fic_table": "Table 7: judge validation",
+        "differs": "on the labels' test split only (180 SmolLM2 turns of 12 items; 27 of them double-labelled), "
+        "labels by independent AI-agent annotators following a written guideline, blind, not by people; the judge "
+        "is fic's offline `learned` judge; kappas with bootstrap intervals over items",
     },
     {
         "paper": "Found in Conversation (VASD)",

@@ -36,6 +36,18 @@ OFFLINE_ENV = {
 }  # fmt: skip
 
 
+SCALES = ("cpu", "gpu")
+
+
+def scale() -> str:
+    """The size set the parts use: `make reproduce SCALE=gpu` (the `SCALE` environment variable) or `cpu`, the default,
+    which is what the 90-minute budget on 2 CPU cores is sized for. `gpu` documents the sizes a GPU run would use."""
+    value = os.environ.get("SCALE", "cpu") or "cpu"
+    if value not in SCALES:
+        raise ValueError(f"SCALE={value!r}: expected one of {', '.join(SCALES)} (e.g. make reproduce SCALE=gpu).")
+    return value
+
+
 class StepError(FicError, RuntimeError):
     """A command of a part failed; the message names the command and its log."""
 

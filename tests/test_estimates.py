@@ -11,9 +11,11 @@ from fic.estimates import (
     cluster_rate,
     corrected_rate,
     judge_error_rates,
+    minimum_detectable_effect,
     paired_difference,
     ppi_rate,
     rate_variance,
+    standard_error_from_interval,
 )
 from fic.metrics import wilson_interval
 
@@ -240,3 +242,15 @@ def test_simulation_clustered_corrected_and_calibrated_intervals_cover_the_true_
     assert coverage["ppi"] >= 0.9
     assert coverage["labels_only"] >= 0.9
     assert coverage["naive"] < coverage["clustered"] - 0.1
+
+
+def test_minimum_detectable_effect_of_a_paired_difference():
+    """2.80 standard errors at alpha 0.05 and 80% power (1.960 + 0.842); the standard error from a 95% interval."""
+    assert minimum_detectable_effect(0.1) == pytest.approx(0.2802, abs=1e-4)
+    assert minimum_detectable_effect(0.1, power=0.5) == pytest.approx(0.196, abs=1e-3)  # z_0.5 = 0
+    assert minimum_detectable_effect(0.0) == 0.0
+    assert standard_error_from_interval(-0.196, 0.196) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        minimum_detectable_effect(-1.0)
+    with pytest.raises(ValueError):
+        standard_error_from_interval(0.2, 0.1)

@@ -1,6 +1,6 @@
 """`make reproduce`'s harness without models: parts resume and are refused with other settings, a failed part is
 reported and the others still are, and summary.json / report.md / report.html hold every part's tables. The probe
-part is run on a probe summary built from made-up judged rows (`fic probe` itself is tested in test_probe.py)."""
+part's own tables are tested in test_reproduce_probe.py."""
 
 import json
 import sys
@@ -62,10 +62,10 @@ def test_parts_run_once_and_the_report_holds_them(tmp_path, fake_parts):
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.count("| 1 | 0.250 |") == 4 and "a | table" in markdown
     assert markdown.index("## Crosswalk") < markdown.index("## Part probe")  # the crosswalk comes first
-    assert "| probe paper | Table 1 |" in markdown and "| Table 4: controls |" in markdown
+    assert "| probe paper | Table 1 |" in markdown and "| Table 1: controls |" in markdown
     html = (tmp_path / "report.html").read_text()
     assert html.count("<td>0.250</td>") == 4 and "<b>done</b> <code>x</code>" in html
-    assert "<td>Table 4: controls</td>" in html
+    assert "<td>Table 1: controls</td>" in html
     assert reproduce.main(["--out", str(tmp_path), "--redo", "vasd"]) == 0
     assert calls["vasd"] == 2 and calls["probe"] == 1
 
@@ -93,60 +93,6 @@ def test_a_part_folder_made_with_other_settings_is_refused(tmp_path, fake_parts,
     assert "probe failed" in err and "size" in err
     assert reproduce.main(["--out", str(tmp_path), "--parts", "nope"]) == 1
     assert "nope" in capsys.readouterr().err
-
-
-def test_probe_part_tables_from_a_probe_summary(tmp_path, monkeypatch):
-    """The probe part reshapes `fic probe`'s summary into summary.json's probe[dataset]["0.0"][perturbation]."""
-    sys.modules.pop("probe", None)
-    import probe as part
-
-    from fic.followup_summary import summarize
-
-    rows = []
-    for dataset in part.SETTINGS["datasets"]:
-        for item in range(4):
-            for temp in part.SETTINGS["temperatures"]:
-                for pert in ("none", *part.CONTROLS):
-                    genuine = item == 0 and pert == "none"
-                    rows.append({"dataset": dataset, "item_id": str(item), "temperature": temp, "perturbation": pert,
-                                 "sample": 0, "user_turn": f"turn {item} {pert}" if pert != "none" or item else "same",
-                                 "label": "genuine_followup" if genuine else "previous_turn_restate",
-                                 "genuine": genuine, "correct": None})  # fmt: skip
-    summary = summarize(rows, {"gsm8k": {"accuracy": 0.25, "n": 4}})
-    commands = []
-
-    def fake_fic(args, log):
-        commands.append(args)
-        (tmp_path / "probe").mkdir(exist_ok=True)
-        (tmp_path / "probe" / "summary.json").write_text(json.dumps(summary))
-        (tmp_path / "probe" / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    monkeypatch.setattr(repro, "fic", fake_fic)
-    monkeypatch.setattr(repro, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v", "n": 180,
-                        "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
-    section = part.run(tmp_path)
-    assert [a[a.index("--perturbations") + 1] for a in commands] == ["none", "none,truncate,question"]
-    assert all("--outside-judge-fit" in a for a in commands)  # nothing reported was in the judge's fit
-    cell = section.summary["gsm8k"]["1.0"]["none"]
-    assert cell["rate"] == 0.25 and cell["n"] == 4 and set(cell) == {"rate", "low", "high", "n", "n_items"}
-    # item 0 is genuine at every temperature and only unperturbed: T=1 - T=0 is 0, each control - none is -25 points
-    diffs = section.summary["differences"]["gsm8k"]
-    assert diffs["temperature"]["diff"] == 0 and not diffs["temperature"]["detectable"]
-    assert diffs["controls"]["truncate@1.0"]["diff"] == -0.25
-    assert set(section.summary["ifeval"]["0.0"]) == {"none", "truncate", "question"}
-    assert section.extra["probe_details"]["labels"]["mt_bench"] == {
-        "genuine_followup": 0.25,
-        "previous_turn_restate": 0.75,
-    }
-    assert section.extra["probe_details"]["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0
-    table1, temperature, table4, estimates, table6 = section.tables
-    assert table1.rows[0][1].startswith("25.0 [") and table1.rows[0][-1] == "25.0% of 4"
-    assert table4.rows[0][:2] == ["gsm8k", "0.0"] and table4.rows[0][4] == "100"
-    assert "no detectable change" in temperature.rows[0][1] and estimates.rows[0][0] == "gsm8k"
-    assert table6.columns == ["dataset", "genuine_followup", "previous_turn_restate"]
-    captions = [t.caption for t in section.tables]
-    named = [e["fic_table"] for e in crosswalk.CROSSWALK if e["part"] == "probe" and e["fic_table"]]
-    assert named and all(any(c.startswith(n) for c in captions) for n in named)
 
 
 def test_the_crosswalk_names_tables_the_parts_write():

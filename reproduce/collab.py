@@ -1,19 +1,57 @@
-"""Collaboration post-training (Table 2): collab SFT and follow-up RL from SmolLM2, before and after.
+"""Collaboration post-training (Table 2) with controls: three collab-SFT data arms and follow-up RL from SmolLM2.
 
 Steps (each resumes: fic commands in their `--out` folders, `train` skips a saved model):
 
-1. Split the data (`data/`): HealthBench's multi-turn items and a fixed MT-Bench subset are held out; training reads
-   only the rest (single-turn HealthBench, the other MT-Bench items, GSM8K train).
+1. Split the data (`data/`). Held out (reported, never used for a choice): HealthBench's 9 multi-turn items and 20
+   MT-Bench questions (4 per category of `HELDOUT_MTB_CATEGORIES`, outside the judge's fit). Dev (used only to
+   choose the SFT learning rate and steps): the MT-Bench training questions that have no reference answer (so no
+   real conversation to train on) and are outside the judge's fit, plus `dev.healthbench_single_turn` single-turn
+   HealthBench items. Training: the rest (MT-Bench questions with reference answers, the other single-turn
+   HealthBench items, the shortest GSM8K-train items).
 2. Base probe on the held-out contexts: the base model answers each held-out context once (greedy); those answers
-   are copied into every later probe's `responses.jsonl`, so before and after judge turns written after the same
-   contexts, with the same judge, temperatures and seeds.
-3. Collab SFT data (recipe `reproduce_collab_sft`, summary `sft.train_data`): MT-Bench's real second turns of the
-   training questions (GPT-4 reference answer between the turns) and template follow-ups ("Why is it {x}?", "What
-   do you mean by {w}?", filled from the answer; `fic.data.followups`) after the GSM8K-train and single-turn
-   HealthBench items with their reference answers, kept by the same `learned` judge that scores the held-out turns.
-   No follow-ups sampled from the base model are in it.
-4. Collab SFT and follow-up RL, both from SmolLM2; probes of both on the held-out contexts; GSM8K test accuracy
-   of each model's own greedy answers.
+   are copied into every later probe's `responses.jsonl`, so every model is judged after the same answers, with the
+   same judge, temperature and seeds. Every probe also judges each turn after another context's answer (the generic
+   floor, context swap).
+3. Three SFT data arms of the same size (the real arm's size), trained with the same steps and learning rate:
+   `real` (real follow-ups only: MT-Bench second turns of training questions after the GPT-4 reference answer, and
+   the user turns of multi-turn HealthBench training items, of which this data has none: all 9 are held out),
+   `template_unfiltered` (one template follow-up per context, "Why is it {x}?", "What do you mean by {w}?", drawn
+   without a judge; `fic.data.followups`) and `template_filtered` (on the same contexts, the candidate the `learned`
+   judge calls genuine with most confidence: the judge that scores the result). No follow-ups sampled from a model.
+4. The learning rate and steps: a grid (`sft.grid`) trained on a mix of a third of each arm's rows, each point
+   probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
+   minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
+   the shorter point is a checkpoint of the longer run. The held-out contexts play no part in it.
+5. Each arm trained at the chosen point and probed on the held-out contexts; follow-up RL (recipe as it is,
+   reported as measured: nothing retuned) likewise; GSM8K test accuracy of the base, the judge-filtered arm and RL.
+6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
+   summary picks up `PROBE_FOLDER/labels.jsonl` (`collab.calibrated`); without labels it says so.
+
+Time (the 2-core machine; from the recorded run in reproduce/results/probe_collab_v2, collab 13.0 min: base probe
+2.4 min, SFT 3.0 min for 22 steps (7.4 s/step at max_length 320; MT-Bench batches ~17 s, GSM8K ones ~5 s) plus
+~25 s of start, data and saving, later probes 1.1-1.5 min, RL 3.4 min, GSM8K 0.5 min per model):
+
+    base held-out probe                                   2.4
+    judge the template candidates (~1.9k, one process)    0.3
+    base dev probe (24 contexts answered, 2 turns each)   1.3
+    grid: 2 runs x 8 steps of the mixed rows
+          (~9 s/step: a third MT-Bench) + 25 s           2 x 1.6 = 3.2
+    grid: 4 dev probes (answers copied, 2 turns each)     4 x 0.5 = 2.0
+    arms at the longest point (8 steps): real 8 x 17 s + 25 s = 2.7; templates 8 x 5.5 s + 25 s = 1.2 each
+                                                          5.1
+    held-out probes of 3 arms and RL (answers copied)     4 x 1.3 = 5.2
+    follow-up RL (8 GRPO steps, as before)                3.4
+    GSM8K accuracy (base, judge-filtered arm, RL)         3 x 0.5 = 1.6
+    total                                                 24.5 min (22.5 when the grid chooses 4 steps)
+
+The least certain line is the MT-Bench batches at max_length 512 (the recorded 17 s/step was at 320): at 24 s/step
+the real arm takes 3.6 min and each grid run 1.9, ~26 min in all. `truncation_mode=keep_end` (deprecated in TRL,
+still supported) keeps every row's trained follow-up, so no arm loses rows to truncation (at keep_start and 320
+tokens the earlier SFT lost 25 of its 201 rows).
+
+Sizes dropped to stay within ~25 min (before any control): the arms hold the real arm's 35 rows (not the 176 the
+earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured
+for the two control arms. Each extra held-out sample per context adds ~0.25 min per model (5 models).
 """
 
 from __future__ import annotations
@@ -27,9 +65,15 @@ from pathlib import Path
 
 import repro
 
-TITLE = "Collaboration post-training (Table 2): collab SFT and follow-up RL"
+TITLE = "Collaboration post-training (Table 2): collab SFT data arms and follow-up RL, with controls"
 
 HELDOUT_MTB_CATEGORIES = ("writing", "roleplay", "extraction", "stem", "humanities")  # no GPT-4 references there
+ARMS = ("real", "template_unfiltered", "template_filtered")
+DATASETS = ("healthbench", "mt_bench")
+NAMES = {
+    "base": "SmolLM2 (base)", "real": "SFT: real follow-ups", "template_unfiltered": "SFT: template, unfiltered",
+    "template_filtered": "SFT: template, judge-filtered", "rl": "follow-up RL",
+}  # fmt: skip
 
 SETTINGS = {
     "model": repro.MODEL,
@@ -38,9 +82,21 @@ SETTINGS = {
     "seed": 0,
     "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
+    "dev": {"mt_bench": "training questions with no reference answer, outside the judge's fit",
+            "healthbench_single_turn": 10, "samples": 2},
     "probe": {"temperatures": [0.7], "samples": 4, "max_new_tokens": 48, "response_tokens": 128, "batch_size": 32},
-    "gsm8k": {"limit": 20, "response_tokens": 192, "items": "the first 20 test items outside the judge's fit"},
+    "gsm8k": {"limit": 20, "response_tokens": 192, "items": "the first 20 test items outside the judge's fit",
+              "models": ["base", "template_filtered", "rl"]},
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
+    "arms": list(ARMS),
+    "template_candidates": 6,
+    "sft": {
+        # Every arm: the same rows, steps and learning rate; no arm loses its trained turn to truncation (keep_end).
+        "overrides": ["max_length=512", "truncation_mode=keep_end", "lr_scheduler_type=constant", "warmup_steps=0",
+                      "dataset_limit=null", "followup_contexts=[]"],
+        "grid": {"learning_rate": [1.0e-4, 3.0e-4], "max_steps": [4, 8]},
+        "criterion": "dev genuine rate minus dev generic floor; ties: fewer steps, then the lower learning rate",
+    },
     "sft_recipe": "reproduce_collab_sft",
     "rl_recipe": "reproduce_followup_rl",
 }  # fmt: skip
@@ -74,19 +130,44 @@ def mt_bench_heldout_ids(questions: list[dict]) -> set[int]:
     return held_ids
 
 
+def judge_fitted() -> set[str]:
+    """Prompt hashes of the items the judge was fitted on (`fic.judges.provenance`): dev items stay outside them."""
+    from fic.judges import make_judge
+    from fic.judges.provenance import judge_provenance
+
+    return set(judge_provenance(make_judge(repro.JUDGE)).get("fitted_items") or ())
+
+
+def _mt_bench_messages(row: dict) -> list[dict]:
+    return [{"role": "user", "content": row["turns"][0]}]
+
+
 def split_data(data: Path) -> dict[str, Path]:
-    """Held-out and training copies of HealthBench and MT-Bench under `data/` (file names say the split)."""
+    """Held-out, dev and training copies of HealthBench and MT-Bench under `data/` (file names say the split)."""
+    from fic.judges.provenance import prompt_hash
+
     hb = _rows(repro.SHARED / "healthbench" / "oss_eval_first30.jsonl")
     multi = [r for r in hb if len(r["prompt"]) > 1]
     single = [r for r in hb if len(r["prompt"]) == 1]
+    hb_dev_ids = set(random.Random(SETTINGS["seed"]).sample(sorted(r["prompt_id"] for r in single),
+                                                            SETTINGS["dev"]["healthbench_single_turn"]))  # fmt: skip
     mtb = _rows(repro.SHARED / "mt_bench" / "question.jsonl")
     held_ids = mt_bench_heldout_ids(mtb)
+    references = {r["question_id"] for r in _rows(repro.SHARED / "mt_bench" / "reference_answer_gpt-4.jsonl")}
+    fitted = judge_fitted()
+    # Dev MT-Bench: training questions with no reference answer (no real conversation to train on), outside the fit.
+    dev_ids = {r["question_id"] for r in mtb if r["question_id"] not in held_ids and r["question_id"] not in references
+               and not r.get("reference") and prompt_hash(_mt_bench_messages(r)) not in fitted}  # fmt: skip
     paths = {
         "hb_test": _write(data / "healthbench_multiturn" / "test.jsonl", multi),
-        "hb_train": _write(data / "healthbench_singleturn" / "train.jsonl", single),
+        "hb_train": _write(data / "healthbench_singleturn" / "train.jsonl",
+                           [r for r in single if r["prompt_id"] not in hb_dev_ids]),
+        "hb_dev": _write(data / "healthbench_singleturn_dev" / "dev.jsonl",
+                         [r for r in single if r["prompt_id"] in hb_dev_ids]),
         "mtb_test": _write(data / "mt_bench_heldout" / "test.jsonl", [r for r in mtb if r["question_id"] in held_ids]),
+        "mtb_dev": _write(data / "mt_bench_dev" / "dev.jsonl", [r for r in mtb if r["question_id"] in dev_ids]),
         "mtb_train": _write(data / "mt_bench_train" / "train.jsonl",
-                            [r for r in mtb if r["question_id"] not in held_ids]),
+                            [r for r in mtb if r["question_id"] not in held_ids | dev_ids]),
     }  # fmt: skip
     # Training contexts cost prefill and training tokens on 2 cores: the shortest GSM8K-train items, in file order.
     gsm8k = _rows(repro.SHARED / "gsm8k" / "train.jsonl")
@@ -98,19 +179,110 @@ def split_data(data: Path) -> dict[str, Path]:
     return paths
 
 
-def _probe(out: Path, name: str, model: str, datasets: list[str], log: Path, seed_from: Path | None = None) -> dict:
-    """`fic probe` of `model` on the held-out contexts into `out/probe_NAME`; `seed_from`: a probe folder whose
-    greedy answers (responses.jsonl) become this probe's contexts, so every model is judged after the same answers."""
-    folder = out / f"probe_{name}"
+def heldout_specs(paths: dict[str, Path]) -> list[str]:
+    return [f"healthbench:{paths['hb_test']}", f"mt_bench:{paths['mtb_test']}"]
+
+
+def dev_specs(paths: dict[str, Path]) -> list[str]:
+    return [f"healthbench:{paths['hb_dev']}", f"mt_bench:{paths['mtb_dev']}"]
+
+
+def template_specs(paths: dict[str, Path]) -> list[str]:
+    return [f"gsm8k:{paths['gsm8k_train']}", f"healthbench:{paths['hb_train']}"]
+
+
+def _until_followup(messages: list[dict]) -> list[dict]:
+    """The conversation up to its last user turn that follows an answer (a trailing answer carries no loss)."""
+    roles = [m["role"] for m in messages]
+    last = max(i for i in range(1, len(roles)) if roles[i] == "user" and roles[i - 1] == "assistant")
+    return messages[: last + 1]
+
+
+def real_arm(paths: dict[str, Path]) -> list[dict]:
+    """Real follow-ups of training items only: MT-Bench second turns after the reference answer (training questions
+    with a reference), and multi-turn HealthBench training items (none here: every multi-turn item is held out)."""
+    from fic.data import load_source
+    from fic.data.followups import real_conversations
+
+    rows, _ = real_conversations(load_source(f"mt_bench:{paths['mtb_train']}"))
+    return [{**r, "messages": _until_followup(r["messages"])} for r in rows]
+
+
+def _rank(key: str) -> str:
+    return hashlib.sha256(f"{SETTINGS['seed']}:{key}".encode()).hexdigest()
+
+
+def template_contexts(paths: dict[str, Path]) -> list[dict]:
+    """The template arms' contexts (GSM8K-train and single-turn HealthBench training items with their reference
+    answers), in a fixed seeded order; `fic build-followups` judges the same contexts (same loader, same ids)."""
+    from fic.data.followups import contexts_from_records, load_records
+
+    return sorted(contexts_from_records(load_records(template_specs(paths)), "data"), key=lambda c: _rank(c["id"]))
+
+
+def template_arms(contexts: list[dict], judged: list[dict], n: int) -> dict[str, list[dict]]:
+    """`template_unfiltered` and `template_filtered` on the same first `n` contexts (in `contexts`' order) that the
+    judge kept a follow-up for: the unfiltered one takes the first of the context's shuffled template candidates,
+    the filtered one the candidate the judge called genuine with most confidence (`judged`: `fic build-followups`
+    rows)."""
+    from fic.data.followups import template_followups
+
+    kept = {r["id"].rsplit("#", 1)[0]: r for r in judged}
+    arms: dict[str, list[dict]] = {"template_unfiltered": [], "template_filtered": []}
+    for context in contexts:
+        if len(arms["template_filtered"]) == n:
+            break
+        if context["id"] not in kept:
+            continue
+        candidate = template_followups(context["messages"], SETTINGS["template_candidates"], SETTINGS["seed"])[0]
+        arms["template_unfiltered"].append({"id": context["id"], "source": context["source"], "origin": "template",
+                                            "messages": [*context["messages"], {"role": "user", "content": candidate}]})  # fmt: skip
+        arms["template_filtered"].append({**kept[context["id"]], "id": context["id"]})
+    if len(arms["template_filtered"]) < n:
+        raise repro.StepError(f"template arms: the judge kept a follow-up on {len(arms['template_filtered'])} "
+                              f"contexts, fewer than the real arm's {n} rows; add contexts (gsm8k_train_short)")  # fmt: skip
+    return arms
+
+
+def mixed_arm(arms: dict[str, list[dict]], n: int) -> list[dict]:
+    """`n` rows for the hyperparameter grid: a third from each arm (different contexts for the two template arms), so
+    the choice favours no arm."""
+    cuts = [round(i * n / len(ARMS)) for i in range(len(ARMS) + 1)]
+    return [row for i, arm in enumerate(ARMS) for row in arms[arm][cuts[i] : cuts[i + 1]]]
+
+
+def build_arms(out: Path, paths: dict[str, Path], log: Path) -> dict:
+    """The three arms and the grid's mix as `conversations` files under `data/arms/`; returns {arm: {path, rows,
+    sources}}."""
+    real = real_arm(paths)
+    judged_dir = out / "data" / "template_judged"
+    if not (judged_dir / "followups.jsonl").exists():
+        repro.fic(["build-followups", *[a for spec in template_specs(paths) for a in ("--contexts", spec)],
+                   "--candidates", "templates", "--samples", SETTINGS["template_candidates"], "--keep", 1,
+                   "--responses", "data", "--judge", repro.JUDGE, "--seed", SETTINGS["seed"], "--out", judged_dir],
+                  log)  # fmt: skip
+    arms = {"real": real, **template_arms(template_contexts(paths), _rows(judged_dir / "followups.jsonl"), len(real))}
+    arms["mixed"] = mixed_arm(arms, len(real))
+    return {
+        name: {"path": _write(out / "data" / "arms" / name / "train.jsonl", rows), "rows": len(rows),
+               "sources": dict(Counter(r["source"] for r in rows)), "ids": [r["id"] for r in rows]}
+        for name, rows in arms.items()
+    }  # fmt: skip
+
+
+def _probe(folder: Path, model: str, datasets: list[str], log: Path, seed_from: Path | None = None,
+           samples: int | None = None) -> dict:  # fmt: skip
+    """`fic probe` of `model` into `folder`; `seed_from`: a probe folder whose greedy answers (responses.jsonl) become
+    this probe's contexts, so every model is judged after the same answers."""
     if seed_from is not None and not (folder / "responses.jsonl").exists():
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(seed_from / "responses.jsonl", folder / "responses.jsonl")
     p = SETTINGS["probe"]
     repro.fic(["probe", "--model", model, "--datasets", ",".join(datasets), "--temperatures",
-                ",".join(map(str, p["temperatures"])), "--samples", p["samples"], "--judge", repro.JUDGE,
-                "--max-new-tokens", p["max_new_tokens"], "--response-tokens", p["response_tokens"],
-                "--responses", "model", "--batch-size", p["batch_size"], "--limit", 100, "--seed", SETTINGS["seed"],
-                "--out", folder], log)  # fmt: skip
+               ",".join(map(str, p["temperatures"])), "--samples", samples or p["samples"], "--judge", repro.JUDGE,
+               "--max-new-tokens", p["max_new_tokens"], "--response-tokens", p["response_tokens"],
+               "--responses", "model", "--batch-size", p["batch_size"], "--limit", 100, "--seed", SETTINGS["seed"],
+               "--out", folder], log)  # fmt: skip
     return repro.read_json(folder / "summary.json")
 
 
@@ -119,9 +291,9 @@ def _gsm8k(out: Path, name: str, model: str, log: Path) -> dict:
     g = SETTINGS["gsm8k"]
     folder = out / f"gsm8k_{name}"
     repro.fic(["probe", "--model", model, "--datasets", f"gsm8k:{repro.SHARED / 'gsm8k' / 'test.jsonl'}",
-                "--temperatures", "0", "--samples", 1, "--judge", repro.JUDGE, "--max-new-tokens", 8,
-                "--response-tokens", g["response_tokens"], "--responses", "model", "--batch-size", g["limit"],
-                "--limit", g["limit"], "--outside-judge-fit", "--no-generic-floor", "--out", folder], log)  # fmt: skip
+               "--temperatures", "0", "--samples", 1, "--judge", repro.JUDGE, "--max-new-tokens", 8,
+               "--response-tokens", g["response_tokens"], "--responses", "model", "--batch-size", g["limit"],
+               "--limit", g["limit"], "--outside-judge-fit", "--no-generic-floor", "--out", folder], log)  # fmt: skip
     return repro.read_json(folder / "summary.json")["accuracy"]["gsm8k"]
 
 
@@ -130,12 +302,21 @@ def _cell(summary: dict, dataset: str) -> dict | None:
     return repro.rate_only(summary["genuine_rate"].get(dataset, {}).get(t, {}).get("none"))
 
 
-def _overrides(paths: dict[str, Path], kind: str) -> list[str]:
-    held = f"eval.datasets=[healthbench:{paths['hb_test']},mt_bench:{paths['mtb_test']}]"
-    if kind == "sft":
-        return [held, f"train_datasets=[mt_bench:{paths['mtb_train']}]",
-                f"followup_contexts=[gsm8k:{paths['gsm8k_train']},healthbench:{paths['hb_train']}]"]  # fmt: skip
-    return [held, f"contexts=[gsm8k:{paths['gsm8k_train']}]"]
+def sft_overrides(
+    paths: dict[str, Path], arm_path: Path, lr: float, steps: int, save_at: int | None = None
+) -> list[str]:
+    """The SFT recipe's overrides for one arm (or the grid's mix) at one learning rate and step count; `save_at`: also
+    save the model after that many steps (a grid point of the constant schedule)."""
+    held = f"eval.datasets=[{','.join(heldout_specs(paths))}]"
+    out = [held, f"train_datasets=[conversations:{arm_path}]", *SETTINGS["sft"]["overrides"],
+           f"learning_rate={lr}", f"max_steps={steps}"]  # fmt: skip
+    if save_at:
+        out += ["save_strategy=steps", f"save_steps={save_at}", "save_only_model=true"]
+    return out
+
+
+def rl_overrides(paths: dict[str, Path]) -> list[str]:
+    return [f"eval.datasets=[{','.join(heldout_specs(paths))}]", f"contexts=[gsm8k:{paths['gsm8k_train']}]"]
 
 
 def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Path:
@@ -145,25 +326,78 @@ def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Pa
     return repro.train(recipe, [*overrides, "eval.datasets=[]"], output_dir, log)
 
 
-def _share(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.1f}%"
+def grid_points() -> list[tuple[float, int]]:
+    g = SETTINGS["sft"]["grid"]
+    return [(lr, steps) for lr in g["learning_rate"] for steps in g["max_steps"]]
+
+
+def grid_model(out: Path, lr: float, steps: int) -> Path:
+    """The grid point's model: the run of the longest step count, or its checkpoint at `steps`."""
+    run = out / "grid" / f"lr{lr:g}"
+    return run if steps == max(SETTINGS["sft"]["grid"]["max_steps"]) else run / f"checkpoint-{steps}"
+
+
+def dev_point(summary: dict) -> dict:
+    """One grid point's dev numbers from its probe summary: pooled raw rate, generic floor and their difference."""
+    raw, floor = summary["overall"]["raw"], summary["overall"].get("generic_floor") or {}
+    return {"raw": repro.rate_only(raw), "generic_floor": repro.rate_only(floor) if floor else None,
+            "score": raw["rate"] - (floor.get("rate") or 0.0)}  # fmt: skip
+
+
+def choose(points: list[dict]) -> dict:
+    """The grid point with the highest dev score (`dev_point`); ties: fewer steps, then the lower learning rate."""
+    return max(points, key=lambda p: (round(p["score"], 9), -p["max_steps"], -p["learning_rate"]))
+
+
+def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
+    """The grid on dev contexts (module docstring, step 4): {grid, dev, points, chosen}. Reads no held-out file."""
+    dev = dev_specs(paths)
+    base = _probe(out / "dev" / "probe_base", repro.MODEL, dev, logs / "dev_probe_base.log",
+                  samples=SETTINGS["dev"]["samples"])  # fmt: skip
+    longest = max(SETTINGS["sft"]["grid"]["max_steps"])
+    shortest = min(SETTINGS["sft"]["grid"]["max_steps"])
+    points = []
+    for lr, steps in grid_points():
+        if steps == longest:
+            _train(SETTINGS["sft_recipe"],
+                   sft_overrides(paths, arms["mixed"]["path"], lr, longest, save_at=shortest if shortest < longest else None),
+                   out / "grid" / f"lr{lr:g}", logs / f"train_grid_lr{lr:g}.log")  # fmt: skip
+    for lr, steps in grid_points():
+        name = f"lr{lr:g}_steps{steps}"
+        summary = _probe(out / "dev" / f"probe_{name}", str(grid_model(out, lr, steps)), dev,
+                         logs / f"dev_probe_{name}.log", seed_from=out / "dev" / "probe_base",
+                         samples=SETTINGS["dev"]["samples"])  # fmt: skip
+        points.append({"learning_rate": lr, "max_steps": steps, **dev_point(summary)})
+    return {"grid": SETTINGS["sft"]["grid"], "criterion": SETTINGS["sft"]["criterion"],
+            "dev": {"datasets": dev, "contexts": {d: len(_rows(paths[k])) for d, k in (("healthbench", "hb_dev"),
+                                                                                       ("mt_bench", "mtb_dev"))},
+                    "samples": SETTINGS["dev"]["samples"], "base": dev_point(base)},
+            "trained_on": {"rows": arms["mixed"]["rows"], "sources": arms["mixed"]["sources"],
+                           "note": "a third of each arm's rows"},
+            "points": points, "chosen": choose(points)}  # fmt: skip
 
 
 def run(out: Path) -> repro.Section:
     out = Path(out)
     logs = out / "logs"
     paths = split_data(out / "data")
-    held = [f"healthbench:{paths['hb_test']}", f"mt_bench:{paths['mtb_test']}"]
+    held = heldout_specs(paths)
 
-    # The held-out measurements first, GSM8K (for reference) last.
-    base = _probe(out, "base", repro.MODEL, held, logs / "probe_base.log")
-    sft_dir = _train(SETTINGS["sft_recipe"], _overrides(paths, "sft"), out / "sft", logs / "train_sft.log")
-    sft = _probe(out, "sft", str(sft_dir), held, logs / "probe_sft.log", seed_from=out / "probe_base")
-    rl_dir = _train(SETTINGS["rl_recipe"], _overrides(paths, "rl"), out / "rl", logs / "train_rl.log")
-    rl = _probe(out, "rl", str(rl_dir), held, logs / "probe_rl.log", seed_from=out / "probe_base")
-    models = {"base": repro.MODEL, "sft": str(sft_dir), "rl": str(rl_dir)}
-    acc = {k: _gsm8k(out, k, m, logs / f"gsm8k_{k}.log") for k, m in models.items()}
-    return _section(out, paths, {"base": base, "sft": sft, "rl": rl}, acc)
+    # The held-out base measurement first; then the choice on dev; then each arm at the chosen point; RL; GSM8K last.
+    probes = {"base": _probe(out / "probe_base", repro.MODEL, held, logs / "probe_base.log")}
+    arms = build_arms(out, paths, logs / "build_followups.log")
+    tuning = tune(out, paths, arms, logs)
+    lr, steps = tuning["chosen"]["learning_rate"], tuning["chosen"]["max_steps"]
+    models = {"base": repro.MODEL}
+    for arm in ARMS:
+        models[arm] = str(_train(SETTINGS["sft_recipe"], sft_overrides(paths, arms[arm]["path"], lr, steps),
+                                 out / f"sft_{arm}", logs / f"train_{arm}.log"))  # fmt: skip
+        probes[arm] = _probe(out / f"probe_{arm}", models[arm], held, logs / f"probe_{arm}.log",
+                             seed_from=out / "probe_base")  # fmt: skip
+    models["rl"] = str(_train(SETTINGS["rl_recipe"], rl_overrides(paths), out / "rl", logs / "train_rl.log"))
+    probes["rl"] = _probe(out / "probe_rl", models["rl"], held, logs / "probe_rl.log", seed_from=out / "probe_base")
+    acc = {k: _gsm8k(out, k, models[k], logs / f"gsm8k_{k}.log") for k in SETTINGS["gsm8k"]["models"]}
+    return _section(out, paths, probes, acc, arms, tuning)
 
 
 def _turn_stats(folder: Path, dataset: str) -> dict:
@@ -179,11 +413,11 @@ def _turn_stats(folder: Path, dataset: str) -> dict:
             "top_share": round(count / len(turns), 3), "top_turn": top[:120]}  # fmt: skip
 
 
-def _shown_turns(folder: Path, per_dataset: int = 10) -> list[dict]:
-    """20 held-out turns of a probe: the first sample of each context first, then the next samples, 10 per dataset."""
+def _shown_turns(folder: Path, per_dataset: int = 5) -> list[dict]:
+    """Held-out turns of a probe: the first sample of each context first, then the next samples, `per_dataset` each."""
     rows = _rows(folder / "samples.jsonl")
     shown = []
-    for dataset in ("healthbench", "mt_bench"):
+    for dataset in DATASETS:
         t = float(SETTINGS["probe"]["temperatures"][0])
         mine = [r for r in rows if r["dataset"] == dataset and r["perturbation"] == "none" and r["temperature"] == t]
         mine.sort(key=lambda r: (r["sample"], str(r["item_id"])))
@@ -191,14 +425,73 @@ def _shown_turns(folder: Path, per_dataset: int = 10) -> list[dict]:
     return shown
 
 
+KEEP = ("diff", "low", "high", "p", "n_items", "detectable", "reading")
+
+
 def _differences(base: list[dict], other: list[dict]) -> dict:
     """`fic.followup_summary.compare(base, other)` with the fields summary.json keeps."""
     from fic.followup_summary import compare
 
-    keep = ("diff", "low", "high", "p", "n_items", "detectable", "reading")
     out = compare(base, other)
-    return {"overall": {k: out["overall"][k] for k in keep} if out["overall"] else None,
-            "by_dataset": {d: {k: c[k] for k in keep} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
+    return {"overall": {k: out["overall"][k] for k in KEEP} if out["overall"] else None,
+            "by_dataset": {d: {k: c[k] for k in KEEP} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
+
+
+def review_command(folder: Path) -> str:
+    return f"fic review {folder} --sample 30 --seed {SETTINGS['seed']}"
+
+
+def calibrated_rates(out: Path, models: list[str]) -> dict:
+    """Per model: the calibrated (PPI) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
+    `fic review ... --sample 30`), or the command to write it; labels are never made up here."""
+    from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, read_labels
+    from fic.followup_summary import calibrated, row_key
+
+    rerun = f"rm {out / 'section.json'}; python reproduce/run.py --parts collab --out {out.parent}"
+    result = {}
+    for name in models:
+        folder = out / f"probe_{name}"
+        entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
+        labels_path = folder / LABELS_FILE
+        if not labels_path.is_file():
+            result[name] = {**entry, "status": "no labels yet", "n_labels": 0}
+            continue
+        rows = _rows(folder / "samples.jsonl")
+        meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
+        try:
+            labels = read_labels(labels_path, rows, meta.get("run_id"))
+        except RatesError as err:
+            result[name] = {**entry, "status": f"labels not usable: {err}", "n_labels": 0}
+            continue
+        label_map = {row_key(r): bool(r["genuine"]) for r in labels}
+        by_dataset = {d: calibrated([r for r in rows if r["dataset"] == d], label_map) for d in DATASETS}
+        result[name] = {**entry, "status": f"{len(labels)} labels", "n_labels": len(labels),
+                        "labelled_rate": sum(label_map.values()) / len(label_map) if label_map else None,
+                        "overall": calibrated(rows, label_map), "by_dataset": by_dataset}  # fmt: skip
+    return result
+
+
+def _estimates(summary: dict) -> dict:
+    """raw, corrected and generic floor per dataset and overall of one probe summary."""
+    out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in DATASETS}
+    out["overall"] = repro.estimate(summary.get("overall"))
+    return out
+
+
+def arm_entries(arms: dict, estimates: dict, differences: dict, trained: dict) -> dict:
+    """`collab.arms`: per arm its rows and sources, training, and per dataset and overall the raw rate, corrected
+    rate, generic floor and paired difference from the base model ({diff, low, high, p, ...})."""
+    out = {}
+    for arm in ARMS:
+        groups = {}
+        for d in (*DATASETS, "overall"):
+            e = estimates[arm].get(d) or {}
+            diff = differences[arm]["overall"] if d == "overall" else differences[arm]["by_dataset"].get(d)
+            groups[d] = {"raw": e.get("raw"), "corrected": e.get("corrected"), "generic_floor": e.get("generic_floor"),
+                         "vs_base": diff}  # fmt: skip
+        out[arm] = {"rows": arms[arm]["rows"], "sources": arms[arm]["sources"], "train": trained.get(arm, {}),
+                    "by_dataset": {d: groups[d] for d in DATASETS}, "overall": groups["overall"]}  # fmt: skip
+    return out
 
 
 def _short(text: str, n: int) -> str:
@@ -206,94 +499,142 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict]) -> repro.Section:
+def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
+             tuning: dict) -> repro.Section:  # fmt: skip
     judge = repro.judge_about()
     p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
+    models = list(probes)
     hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
     mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
     rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
-    differences = {k: _differences(rows["base"], rows[k]) for k in ("sft", "rl")}
-    estimates = {k: {d: repro.estimate(v["by_dataset"].get(d)) for d in ("healthbench", "mt_bench")}
-                 for k, v in probes.items()}  # fmt: skip
-    sft_eval = repro.read_json(out / "sft" / "eval_summary.json")
+    differences = {k: _differences(rows["base"], rows[k]) for k in models if k != "base"}
+    estimates = {k: _estimates(v) for k, v in probes.items()}
+    evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
+    trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
+                   "conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),
+                   "wall_s": e.get("wall_s")} for k, e in evals.items()}  # fmt: skip
     rl_eval = repro.read_json(out / "rl" / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
+    calibrated = calibrated_rates(out, models)
+    n_rows = arms["real"]["rows"]
     summary = {
-        "sft": {"before": hb["base"], "after": hb["sft"],
-                "mt_bench": {"before": mtb["base"], "after": mtb["sft"]},
-                "gsm8k_accuracy": {"before": acc_only["base"], "after": acc_only["sft"]},
-                "train_data": sft_eval.get("data"), "train_loss": sft_eval.get("train_loss"),
-                "train_wall_s": sft_eval.get("wall_s")},
+        "arms": arm_entries(arms, estimates, differences, trained),
+        "generic_floor": {k: {d: e.get("generic_floor") for d, e in by.items()} for k, by in estimates.items()},
+        "calibrated": calibrated,
+        "hyperparameters": tuning,
+        "sft": {"arm": "template_filtered", "before": hb["base"], "after": hb["template_filtered"],
+                "mt_bench": {"before": mtb["base"], "after": mtb["template_filtered"]},
+                "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("template_filtered")},
+                "train_data": {"rows": n_rows, "sources": arms["template_filtered"]["sources"]},
+                "train_loss": trained["template_filtered"]["train_loss"],
+                "train_wall_s": trained["template_filtered"]["wall_s"]},
         "rl": {"before": hb["base"], "after": hb["rl"],
                "mt_bench": {"before": mtb["base"], "after": mtb["rl"]},
-               "gsm8k_accuracy": {"before": acc_only["base"], "after": acc_only["rl"]},
+               "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("rl")},
                "reward_curve": curve, "reward_first_quarter": rl_eval["before"].get("mean_reward"),
                "reward_last_quarter": rl_eval["after"].get("mean_reward"),
-               "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s")},
+               "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
+               "hyperparameters": "the recipe's, as measured: nothing chosen on dev or held-out in this run"},
+        "gsm8k_accuracy": acc_only,
         "heldout": {"healthbench_contexts": len(_rows(paths["hb_test"])), "mt_bench_contexts": len(_rows(paths["mtb_test"])),
                     "temperature": p["temperatures"], "samples": p["samples"]},
-        "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in ("healthbench", "mt_bench")}
-                       for k in probes},
+        "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS} for k in probes},
         "differences": differences,
         "estimates": estimates,
     }  # fmt: skip
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
+    chosen = tuning["chosen"]
     about = {
-        "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; collab SFT and follow-up RL both start from it",
+        "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; every SFT arm and follow-up RL start from it",
         "data": (f"held out: the {n_hb} multi-turn HealthBench items of oss_eval_first30 and {n_mtb} MT-Bench questions "
                  f"({SETTINGS['heldout']['mt_bench_per_category']} per category of "
-                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); training: recipes `{SETTINGS['sft_recipe']}` and "
-                 f"`{SETTINGS['rl_recipe']}` on GSM8K train, single-turn HealthBench and the other MT-Bench "
-                 "questions; GSM8K test for accuracy"),
-        "sizes": (f"held-out contexts end with the base model's greedy answer ({p['response_tokens']} tokens), shared "
-                  f"by all three models; {p['samples']} user turns of at most {p['max_new_tokens']} tokens per context "
-                  f"at T={temps}; GSM8K: first {g['limit']} test items, answers of {g['response_tokens']} tokens"),
-        "seeds": f"seed {SETTINGS['seed']} for the split, training and sampling",
+                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); dev (the learning rate and steps only): "
+                 f"{tuning['dev']['contexts']['mt_bench']} MT-Bench training questions without a reference answer "
+                 f"outside the judge's fit and {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items; "
+                 "training: MT-Bench questions with reference answers, the other single-turn HealthBench items, "
+                 "GSM8K train; GSM8K test for accuracy"),
+        "sizes": (f"each SFT arm {n_rows} rows, {chosen['max_steps']} steps at learning rate {chosen['learning_rate']:g} "
+                  f"(constant), batch 8, max_length 512 (keep_end); held-out contexts end with the base model's greedy "
+                  f"answer ({p['response_tokens']} tokens), shared by all models; {p['samples']} user turns of at most "
+                  f"{p['max_new_tokens']} tokens per context at T={temps}; GSM8K: first {g['limit']} test items"),
+        "seeds": f"seed {SETTINGS['seed']} for the split, the arms, training and sampling (one seed)",
         "judge": repro.judge_line(judge),
     }  # fmt: skip
-    names = {"base": "SmolLM2 (base)", "sft": "collab SFT", "rl": "follow-up RL"}
     main = repro.Table(
         caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}, and "
                 "GSM8K accuracy",
         columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
                  f"GSM8K test accuracy (n={g['limit']})"],
-        rows=[[names[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
-               "n/a" if acc_only[k]["accuracy"] is None else f"{100 * acc_only[k]['accuracy']:.1f}"]
-              for k in probes],
+        rows=[[NAMES[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
+               "not measured" if k not in acc_only or acc_only[k]["accuracy"] is None
+               else f"{100 * acc_only[k]['accuracy']:.1f}"] for k in probes],
+    )  # fmt: skip
+    arm_table = repro.Table(
+        caption=f"SFT data arms of the same budget ({n_rows} rows, {chosen['max_steps']} steps, learning rate "
+                f"{chosen['learning_rate']:g}): raw, judge-corrected and generic-floor rate (%), and the paired "
+                "difference from the base model on the same held-out contexts (points, 95% cluster-bootstrap "
+                "interval, p); an effect is claimed only where the interval excludes 0",
+        columns=["arm", "dataset", "raw", "corrected", "generic floor", "difference from base"],
+        rows=[[NAMES[a], d, repro.interval_cell(e["raw"]), repro.interval_cell(e["corrected"]),
+               repro.interval_cell(e["generic_floor"]), (e["vs_base"] or {}).get("reading", "n/a")]
+              for a, entry in summary["arms"].items() for d, e in [*entry["by_dataset"].items(),
+                                                                    ("overall", entry["overall"])]],
     )  # fmt: skip
     compared = repro.Table(
         caption="Each trained model against the base model on the same held-out contexts: the paired difference of the "
                 "genuine rate (points, 95% cluster-bootstrap interval over contexts, p); an effect is claimed only "
                 "where the interval excludes 0",
         columns=["model", "dataset", "difference from base"],
-        rows=[[names[k], d, (differences[k]["by_dataset"].get(d) or {}).get("reading", "n/a")]
-              for k in ("sft", "rl") for d in ("healthbench", "mt_bench")],
+        rows=[[NAMES[k], d, (differences[k]["by_dataset"].get(d) or {}).get("reading", "n/a")]
+              for k in differences for d in DATASETS],
     )  # fmt: skip
     floors = repro.Table(
         caption="Raw rate, judge-corrected rate (Rogan-Gladen, from the judge's error on labelled held-out turns) and "
                 "generic floor (share still judged genuine after the context's answer is swapped for another "
-                "context's), %, 95% intervals",
+                "context's), %, 95% intervals, for every model",
         columns=["model", "dataset", "raw", "corrected", "generic floor"],
-        rows=[[names[k], d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")), repro.interval_cell(e.get("generic_floor"))]
-              for k, by in estimates.items() for d, e in by.items()],
+        rows=[[NAMES[k], d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")),
+               repro.interval_cell(e.get("generic_floor"))] for k, by in estimates.items() for d, e in by.items()],
+    )  # fmt: skip
+    grid = repro.Table(
+        caption=f"SFT learning rate and steps chosen on dev contexts (never the held-out ones): each grid point trained "
+                f"on {tuning['trained_on']['rows']} rows (a third of each arm) and probed on the dev contexts, "
+                f"{tuning['dev']['samples']} turns per context; score = dev rate - dev generic floor (%)",
+        columns=["learning rate", "steps", "dev rate", "dev generic floor", "score", "chosen"],
+        rows=[["base model", "-", repro.rate_cell(tuning["dev"]["base"]["raw"]),
+               repro.interval_cell(tuning["dev"]["base"]["generic_floor"]),
+               f"{100 * tuning['dev']['base']['score']:.1f}", ""]]
+             + [[f"{pt['learning_rate']:g}", pt["max_steps"], repro.rate_cell(pt["raw"]),
+                 repro.interval_cell(pt["generic_floor"]), f"{100 * pt['score']:.1f}",
+                 "yes" if pt == chosen else ""] for pt in tuning["points"]],
+    )  # fmt: skip
+    calib = repro.Table(
+        caption="Calibrated (prediction-powered) rate from blind labels of about 30 held-out turns per model (%, 95% "
+                "interval), beside the judge's raw rate; without labels, the command that writes them",
+        columns=["model", "labels", "raw (judge)", "calibrated: HealthBench", "calibrated: MT-Bench",
+                 "calibrated: overall", "to label"],
+        rows=[[NAMES[k], c["status"], repro.interval_cell(estimates[k]["overall"].get("raw")),
+               *[repro.interval_cell((c.get("by_dataset") or {}).get(d)) for d in DATASETS],
+               repro.interval_cell(c.get("overall")), "" if c["n_labels"] else f"`{c['command']}`"]
+              for k, c in calibrated.items()],
     )  # fmt: skip
     t = f"t{float(p['temperatures'][0])}"
-    label_names = sorted({lab for v in probes.values() for d in ("healthbench", "mt_bench")
+    label_names = sorted({lab for v in probes.values() for d in DATASETS
                           for lab in v["genuine_rate"].get(d, {}).get(t, {}).get("none", {}).get("labels", {})})  # fmt: skip
     labels = repro.Table(
         caption="Judge labels of the held-out turns (% of turns per model and dataset)",
         columns=["model", "dataset", *label_names],
-        rows=[[names[k], d, *[f'{100 * v["genuine_rate"][d][t]["none"]["labels"].get(lab, 0.0):.1f}'
+        rows=[[NAMES[k], d, *[f'{100 * v["genuine_rate"][d][t]["none"]["labels"].get(lab, 0.0):.1f}'
                               for lab in label_names]]
-              for k, v in probes.items() for d in ("healthbench", "mt_bench")],
+              for k, v in probes.items() for d in DATASETS if d in v["genuine_rate"]],
     )  # fmt: skip
     stats = repro.Table(
         caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?', "
                 "and the most common turn with its share",
         columns=["model", "dataset", "mean words", "distinct", "ends in ?", "most common turn", "its share"],
-        rows=[[names[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
+        rows=[[NAMES[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
                s.get("top_share")]
               for k, v in summary["turn_stats"].items() for d, s in v.items()],
     )  # fmt: skip
@@ -304,19 +645,20 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                c.get("completions/mean_length")] for c in curve],
     )  # fmt: skip
     shown = repro.Table(
-        caption="20 held-out user turns of the follow-up RL model, judged by the validated judge (end of the context "
-                "shown; judge-gaming check)",
-        columns=["dataset", "item", "end of the assistant answer", "RL model's user turn", "judge label"],
-        rows=[[r["dataset"], str(r["item_id"])[:10], _short(r["messages"][-1]["content"], 120),
-               " ".join(r["user_turn"].split())[:240], r["label"]] for r in _shown_turns(out / "probe_rl")],
+        caption="Held-out user turns of every trained model (5 per dataset), judged by the validated judge (end of the "
+                "context shown; judge-gaming check)",
+        columns=["model", "dataset", "item", "end of the assistant answer", "model's user turn", "judge label"],
+        rows=[[NAMES[k], r["dataset"], str(r["item_id"])[:10], _short(r["messages"][-1]["content"], 100),
+               " ".join(r["user_turn"].split())[:200], r["label"]]
+              for k in models if k != "base" for r in _shown_turns(out / f"probe_{k}")],
     )  # fmt: skip
-    data = sft_eval.get("data") or {}
-    d_sft = differences["sft"]["by_dataset"].get("healthbench") or {}
+    d_sft = differences["template_filtered"]["by_dataset"].get("healthbench") or {}
     d_rl = differences["rl"]["by_dataset"].get("healthbench") or {}
     targets = [
-        repro.Target("collab SFT gain on held-out HealthBench",
+        repro.Target("collab SFT gain on held-out HealthBench (judge-filtered template arm, the method)",
                      ">= +15 points (paper: +17.7), with an interval that excludes 0",
-                     f"{d_sft.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['sft'])})",
+                     f"{d_sft.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> "
+                     f"{repro.rate_cell(hb['template_filtered'])})",
                      bool(d_sft) and d_sft["diff"] >= 0.15 and d_sft["detectable"]),
         repro.Target("follow-up RL above base on held-out HealthBench",
                      "after - before with an interval above 0, with its reward curve",
@@ -324,36 +666,57 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                      f"reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']} "
                      "(first -> last quarter of steps)", bool(d_rl) and d_rl["low"] > 0),
     ]  # fmt: skip
+    src = arms["template_filtered"]["sources"]
+    labelled = [k for k, c in calibrated.items() if c["n_labels"]]
     text = [
-        (f"Collab SFT data ({data.get('conversations')} conversations, loss on the user turns after an answer): "
-         f"{(data.get('real') or {}).get('kept')} real MT-Bench training conversations (question, GPT-4 reference "
-         f"answer, the real second question) and {(data.get('template') or {}).get('kept')} template follow-ups kept "
-         f"by the `{repro.JUDGE}` judge out of {(data.get('template') or {}).get('contexts')} GSM8K-train and "
-         f"single-turn HealthBench contexts ({SETTINGS['sft_recipe']}: labels {(data.get('template') or {}).get('labels')}). "
-         f"{data.get('dropped_heldout_overlap', 0)} training conversations opened a held-out context and were dropped."),
+        (f"SFT data arms, {n_rows} rows each (the size of the real arm), loss on the user turns after an answer: "
+         f"**real** = {n_rows} MT-Bench training conversations (question, GPT-4 reference answer, the real second "
+         "question); HealthBench adds none, since all 9 of its multi-turn items are the held-out set. **template, "
+         f"unfiltered** and **template, judge-filtered** = the same {n_rows} GSM8K-train and single-turn HealthBench "
+         f"contexts ({', '.join(f'{v} {k}' for k, v in src.items())}) with their reference answers, followed by one "
+         f"of {SETTINGS['template_candidates']} template follow-ups: drawn at random, or the one the `{repro.JUDGE}` "
+         "judge calls genuine with most confidence (the judge that scores the result). The real arm's contexts are "
+         "MT-Bench math, reasoning and coding questions, the template arms' GSM8K and HealthBench: arm and context "
+         "source are not separable here."),
+        (f"Learning rate and steps were chosen on dev contexts ({tuning['dev']['contexts']['mt_bench']} MT-Bench training "
+         f"questions, {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items, none held out, none in "
+         f"the judge's fit) from the grid {SETTINGS['sft']['grid']}: {chosen['learning_rate']:g} and "
+         f"{chosen['max_steps']} steps (dev score {100 * chosen['score']:.1f} points; base "
+         f"{100 * tuning['dev']['base']['score']:.1f}). The grid trains on a mix of a third of each arm, so no arm's "
+         "data made the choice; with "
+         f"{sum(tuning['dev']['contexts'].values())} dev contexts and {tuning['dev']['samples']} turns each, close "
+         "scores are within noise. Follow-up RL keeps its recipe (learning rate 3e-5, 8 steps) and is reported as "
+         "measured; that rate was set in an earlier run after 1e-5 missed on this same held-out set, which this run "
+         "does not undo."),
         (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
-         f"{judge['false_positive_rate']:.2f}), but it under-calls genuine follow-ups (it calls "
-         f"{_share(judge['judge_genuine_rate'])} of the labelled test turns genuine where the annotators' labels say "
-         f"{_share(judge['annotator_genuine_rate'])}; the labels are by independent AI-agent annotators following a "
-         "written guideline, blind). The SFT data it kept, and the RL reward it gives, teach "
-         "what it recognises: the after-training rates measure movement toward that judge's notion of a follow-up, "
-         "read against the 20 turns shown and the label table, not a rate any reader has confirmed."),
+         f"{judge['false_positive_rate']:.2f}); it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
+         f"turns genuine where the annotators' labels say {_share(judge['annotator_genuine_rate'])} (independent "
+         "AI-agent annotators following a written guideline, blind). Rates it gives are movement toward its notion of a "
+         "follow-up; the generic floor (the same turn judged after another context's answer) shows how much of a rate "
+         "any answer would earn, and the calibrated rates are where readers' labels enter."),
+        ("Calibrated rates: " + (f"labels for {', '.join(NAMES[k] for k in labelled)}; " if labelled else "")
+         + ("no labels yet for " + ", ".join(NAMES[k] for k in calibrated if k not in labelled)
+            + ": run each model's `fic review ... --sample 30` (table above), label blind, then rerun the part's "
+              "summary (`rm OUT/collab/section.json` and `python reproduce/run.py --parts collab`; every step resumes)"
+            if len(labelled) < len(calibrated) else "every model labelled")),
         (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
          f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
          "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "
-         "copied into every probe (same contexts, same judge, same seeds for all three models); none of them is in "
-         "the judge's fit. GSM8K accuracy is each model's own greedy answer on test items outside the judge's fit."),
+         "copied into every probe; none of them is in the judge's fit. GSM8K accuracy is each model's own greedy "
+         "answer on test items outside the judge's fit (not measured for the real and unfiltered arms, for time)."),
     ]  # fmt: skip
-    for k in ("sft", "rl"):
-        st = summary["turn_stats"][k]["healthbench"]
-        if st and st["top_share"] >= 0.25:
+    for k in models:
+        st = summary["turn_stats"][k].get("healthbench")
+        if k != "base" and st and st["top_share"] >= 0.25:
             text.append(
-                f"**Read the {names[k]} rate with its turns.** Its most common held-out HealthBench turn is "
+                f"**Read the {NAMES[k]} rate with its turns.** Its most common held-out HealthBench turn is "
                 f'"{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; {100 * st["distinct"]:.0f}% of '
-                "its turns are distinct): a generic follow-up the judge accepts after any answer. The gain is "
-                "mostly the model learning to ask such a question under the user header, not to build on what the "
-                "answer said; the generic template follow-ups in the SFT data are where it comes from."
+                "its turns are distinct): compare its rate with its generic floor."
             )
-    return repro.Section(summary=summary, about=about, tables=[main, compared, floors, labels, stats, reward, shown],
-                         text=text,
-                          targets=targets)  # fmt: skip
+    return repro.Section(summary=summary, about=about,
+                         tables=[main, arm_table, compared, floors, grid, calib, labels, stats, reward, shown],
+                         text=text, targets=targets)  # fmt: skip
+
+
+def _share(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"

@@ -39,8 +39,11 @@ CROSSWALK = (
         "part": "collab",
         "fic_table": "Held-out genuine follow-up rate",
         "differs": f"{MODEL} instead of Qwen3.5-2B; 9 held-out HealthBench multi-turn contexts; 20 held-out MT-Bench "
-        "questions stand in for Coval (openai/coval is not available offline); no IFBench column; SFT data: real "
-        "MT-Bench second turns plus template follow-ups kept by the same judge that scores the result; one seed",
+        "questions stand in for Coval (openai/coval is not available offline); no IFBench column; SFT in three data "
+        "arms of the same budget (real MT-Bench second turns only, as HealthBench's multi-turn items are all held "
+        "out; template follow-ups unfiltered; template follow-ups filtered by the judge that scores the result), "
+        "35 rows each, learning rate and steps chosen on dev contexts; the generic floor of every model; calibrated "
+        "rates only where blind labels of the run's turns exist; one seed",
     },
     {
         "paper": "probe paper",

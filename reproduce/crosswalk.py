@@ -12,8 +12,11 @@ whose table numbers are not recorded in this repository name the result instead 
 from __future__ import annotations
 
 from probe import SETTINGS as _PROBE
+from vasd import SETTINGS as _VASD
 
 MODEL = "SmolLM2-135M-Instruct on 2 CPU cores"
+_VASD_STEPS = dict(o.split("=", 1) for o in _VASD["vasd"]["overrides"]).get("max_steps")
+_VASD_MIXES = " or ".join(map(str, _VASD["vasd"]["mixes"]))
 _PROBE_ITEMS = (
     f"{_PROBE['limit']} items per dataset outside the judge's fit, 1 greedy turn per item at T=0 and "
     f"{_PROBE['samples']} per item at each T > 0"
@@ -109,10 +112,12 @@ CROSSWALK = (
         "Llama backbones), single-turn views kept",
         "part": "vasd",
         "fic_table": "P per view, greedy",
-        "differs": f"{MODEL} after a short single-turn SFT (the base model fails every candidate task), instead of "
-        "multi-billion-parameter backbones; synthetic arithmetic (1 update, 3 shards) instead of the paper's tasks; "
-        "100 test tasks, one seed; 30 steps x 8 rows; `single_turn_mix` 0.5 chosen after 0.3 missed on the same "
-        "test tasks",
+        "differs": f"{MODEL} after a short single-turn SFT (run unless the base model qualifies on dev; it failed "
+        "every candidate when last measured), instead of multi-billion-parameter backbones; synthetic arithmetic "
+        f"instead of the paper's tasks; the task and `single_turn_mix` ({_VASD_MIXES}) chosen by a stated rule on a "
+        f"dev split, results on {_VASD['eval']['test_n']} test tasks never used for a choice; "
+        f"{len(_VASD['vasd']['seeds'])} seeds; {_VASD_STEPS} steps x 8 rows; adds a same-budget self-SFT control "
+        "(the model's own greedy single-turn answers as targets on the same sharded view) and paired intervals",
     },
     {
         "paper": "Lost in Conversation",
@@ -120,8 +125,9 @@ CROSSWALK = (
         "shows": "averaged performance, aptitude and unreliability in FULL, CONCAT and SHARDED",
         "part": "vasd",
         "fic_table": "Lost-in-Conversation metrics",
-        "differs": "20 synthetic tasks x 3 sampled runs at T=0.7 before and after VASD; a rule user that reveals "
-        "the shards verbatim",
+        "differs": f"{_VASD['eval']['sampled']['n']} synthetic test tasks x {_VASD['eval']['sampled']['runs']} "
+        f"sampled runs at T={_VASD['eval']['sampled']['temperature']}, the start model and VASD seed 0; a rule user "
+        "that reveals the shards verbatim",
     },
     {
         "paper": "RegretBench",

@@ -1,22 +1,82 @@
-"""Part 3 of `make reproduce`: View-Asymmetric Self-Distillation (Found in Conversation) on SmolLM2-135M-Instruct.
+"""Part 3 of `make reproduce`: View-Asymmetric Self-Distillation (Found in Conversation) on SmolLM2-135M-Instruct,
+with a dev/test split, three seeds and a same-budget self-SFT control.
 
-Steps (each resumes: a saved model or a finished `fic lic` folder is not redone):
+Split. The candidate task families' held-out tasks (the `test` content-hash split of `fic.data.synthetic`, disjoint
+from every training task; for `sum-of-two` all pairs (A, B)) are cut in two by a second hash of the task content
+(`split_side`, salt `SPLIT_SALT`): **dev** and **test**. Every choice below reads dev numbers only; the test tasks are
+scored once, after every choice, and never feed one (`tests/test_reproduce_vasd.py` checks which task ids each
+choice saw).
 
-1. `sft/`: a short single-turn SFT of SmolLM2 on `fic.data.synthetic` arithmetic tasks (train split), every
-   single-turn phrasing and the CONCAT form, answer format "The answer is N." (the base model writes long
-   explanations and gets these tasks wrong, see the candidates below). Run as `python reproduce/vasd.py sft ...`.
-2. `data/test.json`: held-out test-split tasks in the Lost-in-Conversation file format (task `math`, gsm8k checker:
-   the final number equals the answer), read by `fic lic --data lost_in_conversation:PATH`.
-3. `lic_before/`, `lic_before_sampled/`: `fic lic` FULL / CONCAT / SHARDED on the SFT model (greedy; and sampled
-   runs for A90 / U90-10).
-4. `vasd/`: `recipes/reproduce_vasd.yaml` from the SFT model: frozen base teacher (the SFT model), student plays the
-   sharded conversation itself, single-turn replay.
-5. `lic_after/`, `lic_after_sampled/`: the same `fic lic` runs on the distilled model.
+Choices, made by code from dev numbers and recorded with them in `summary.json` (`vasd.dev`):
+
+1. Start model (`choose_start`): the three candidates on dev with SmolLM2 as shipped. The single-turn SFT is skipped
+   only if an arithmetic candidate already qualifies (`qualifies`: P_full >= 0.40, |P_concat - P_full| <= 10 points,
+   P_sharded <= 0.8 x P_full). (The base model writes long explanations; it failed every candidate last time.)
+2. Task (`choose_task`): the two arithmetic candidates (1 update, 3 shards; 2 updates, 4 shards), both in the SFT's
+   training mix, on dev with the start model; the qualifying one with the largest gap P_full - P_sharded (none
+   qualifying: the largest gap, recorded as not qualified).
+3. `single_turn_mix` (`choose_mix`): VASD at each of `MIXES` (seed 0) on the chosen task, scored on dev. Among the
+   mixes that keep P_full and P_concat within `keep_margin` (5 points) of the start model on dev, the highest
+   P_sharded (ties: the larger mix); if none keeps both, the smallest worst drop.
+
+Test. The start model, VASD at the chosen mix with seeds 0, 1, 2 (seed 0 is the dev run's model; the seed sets the
+training tasks, the replay draws, the teacher samples and torch) and the control with the same seeds are scored
+greedily (FULL, CONCAT, SHARDED) on the test tasks; sampled runs give the Lost-in-Conversation A90 / U90-10.
+
+Control (self-SFT): the same trainer, recipe, rows, steps, batch, learning rate, mix and seeds with `mode=sequence
+temperature=0.0` (so the same training tasks and replay draws per seed): the frozen start model answers each task's
+single-turn prompt greedily and the student is trained with the log-likelihood of that answer in the sharded view it
+plays itself (and in the single-turn view on replay rows). It differs from VASD only in the loss: one greedy target
+instead of the teacher's whole distributions on a sampled response. Plain multi-turn SFT on the sharded view with the
+model's own single-turn answers; no trainer change.
+
+Estimates (`fic.estimates`): rates with item-clustered intervals (seeds of one task are one cluster); differences
+paired by task with a cluster-bootstrap interval and p, `{diff, low, high, p}`, the seeds pooled per task; the
+recovery ratio P_sharded(after) / P_full(before) with a paired bootstrap interval (`paired_ratio`). Targets are read
+on the intervals: "kept" is the lower end of after - before above -`keep_margin` (non-inferiority at 5 points; the
+old 2-point tolerance was below one standard error at n=100), recovery >= 0.92 is the ratio's lower end. Seed
+spread: mean, sd, min and max of the per-seed P.
+
+Time (2 cores, one process at a time under the shared lock). `reproduce/results/summary.json` records 22.27 min
+for the whole part and `vasd_train.wall_s` 610.7 s for 30 steps x 8 rows of VASD (~20 s a step with the model load);
+it records no other step. The steps were timed again for this version (`TIME`, seconds, under the lock, SmolLM2 and
+this part's SFT model; `estimated_seconds()` redoes the sums):
+
+    fic lic greedy, n tasks (FULL + CONCAT + SHARDED, <= 10 tokens): 48.7 s at n=48   -> L(n)  = 10 + 0.8 n (*)
+    fic lic sampled, 3 runs at T=0.7:                                 22.4 s at n=10   -> Ls(n) = 10 + 1.25 n
+    candidates on the base model (3 x 12 dev tasks, 24 tokens):       49.5 s           -> 50
+    single-turn SFT (40 steps x 16 rows):                              89.3 s           -> 90
+    VASD from the SFT model, 5 steps x 8 rows: 50.8 s (8.3 s load)    ~8.6 s a step    -> V(s) = 9 + 8.6 s
+    self-SFT (mode=sequence, no teacher forward)                       ~0.87 of a step -> C(s) = 9 + 7.5 s
+
+(*) a timing run of the SFT model on 48 test-split tasks; nothing here was chosen from its scores.
+
+The earlier part under today's figures: 50 + 90 + 2 x L(100) + 2 x Ls(20) + V(30) = 50 + 90 + 180 + 70 + 267 =
+657 s, about half the recorded 1336 s: the recorded run was about 2x slower throughout (presumably the 2-core machine
+was shared then; the same training code, timed alone, takes 8.6 s a VASD step, not 20). At the recorded speed this
+part would take about 50 min; sizes are chosen for today's speed, with every command under the lock. With 8 steps,
+40 dev tasks per arithmetic candidate, 100 test tasks and 10 sampled tasks:
+
+    candidates (base)  50 + SFT 90 + start model on dev L(80) 74                             =  214 s
+    dev mix choice:    2 x V(8) (77.8) + 2 x L(40) (42)                                      =  240 s
+    seeds 1, 2:        2 x V(8);  self-SFT: 3 x C(8) (69)                                    =  363 s
+    test, greedy:      7 models x L(100) (90)                                                =  630 s
+    sampled LiC:       start model and VASD seed 0, 2 x Ls(10) (22.5)                        =   45 s
+                                                                              total           = 1491 s = 24.9 min
+
+Controls were kept and sizes dropped to fit: 8 steps x 8 rows per training run instead of 30 (seven runs instead of
+one), 40 dev tasks, 10 sampled tasks (was 20), 100 test tasks as before. If the 2-update task is chosen, a VASD step
+costs ~1.35x (one more rollout turn, longer prompts; 11.8 s measured) and a lic task an estimated ~1.3x (one more
+shard): about +5 min.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import random
+import statistics
 import sys
 from pathlib import Path
 
@@ -28,60 +88,79 @@ from repro import Section, Table, Target  # noqa: E402
 
 TITLE = "View-Asymmetric Self-Distillation (Found in Conversation): sharded arithmetic on SmolLM2"
 
+SPLIT_SALT = "vasd-dev-test-v1"
+ARITHMETIC = {"arithmetic-1-update": 1, "arithmetic-2-updates": 2}  # candidate -> fic.data.synthetic update steps
+CANDIDATES = ("arithmetic-2-updates", "arithmetic-1-update", "sum-of-two")
+MIXES = (0.3, 0.5)
+SEEDS = (0, 1, 2)
+KINDS = {"vasd": [], "self_sft": ["mode=sequence", "temperature=0.0"]}  # the control differs only in its loss
+
 SETTINGS = {
     "model": repro.MODEL,
-    "task": {"family": "fic.data.synthetic arithmetic", "steps": 1, "shards": 3},
-    "candidates": {"n": 12, "max_new_tokens": 24, "seed": 1,
-                   "tasks": ["arithmetic-2-updates", "arithmetic-1-update", "sum-of-two"]},
-    "sft": {"tasks": 400, "seed": 10, "steps": 40, "batch_size": 16, "learning_rate": 1e-4, "frozen_layers": 15,
-            "torch_seed": 0},
-    "vasd": {"recipe": "reproduce_vasd", "overrides": [],  # the recipe's values, kept here so settings.json has them
+    "split": {"salt": SPLIT_SALT, "pool": "fic.data.synthetic test split (content hash), seed 1; sum-of-two: all "
+              "pairs A, B in 2..30", "seed": 1, "sides": ["dev", "test"]},
+    "candidates": {"tasks": list(CANDIDATES), "base_n": 12, "base_max_new_tokens": 24, "dev_n": 40,
+                   "rule": "P_full >= 0.40, |P_concat - P_full| <= 0.10, P_sharded <= 0.8 P_full; largest gap"},
+    "sft": {"tasks": 400, "task_steps": [1, 2], "seed": 10, "steps": 40, "batch_size": 16, "learning_rate": 1e-4,
+            "frozen_layers": 15, "torch_seed": 0},
+    "vasd": {"recipe": "reproduce_vasd", "overrides": ["max_steps=8"], "mixes": list(MIXES), "mix_seed": 0,
+             "seeds": list(SEEDS), "keep_margin": 0.05,
+             "controls": {k: v for k, v in KINDS.items()},
+             # the recipe's values (tests/test_reproduce.py checks them against the recipe); overrides win
              "recipe_values": {"single_turn_mix": 0.5, "per_device_train_batch_size": 8, "max_steps": 30,
                                "learning_rate": 5e-5, "lmbda": 0.0, "beta": 0.0, "teacher_mode": "base"}},
-    "eval": {"n": 100, "seed": 1, "max_new_tokens": 10, "batch_size": 16,
-             "sampled": {"n": 20, "runs": 3, "temperature": 0.7, "seed": 0}},
+    "eval": {"test_n": 100, "max_new_tokens": 10, "batch_size": 16, "recovery_target": 0.92,
+             "sampled": {"n": 10, "runs": 3, "temperature": 0.7, "seed": 0}},
 }  # fmt: skip
+
+# Seconds per unit on the 2-core machine (module docstring): the size arithmetic of `estimated_seconds`.
+TIME = {"train_load": 9, "vasd_step": 8.6, "self_sft_step": 7.5, "lic_load": 10, "lic_task": 0.8,
+        "lic_sampled_task": 1.25, "candidates_base": 50, "sft": 90}  # fmt: skip
 
 CANDIDATE_ABOUT = {
     "arithmetic-2-updates": "fic.data.synthetic arithmetic, start value + 2 updates (4 shards)",
     "arithmetic-1-update": "fic.data.synthetic arithmetic, start value + 1 update (3 shards)",
     "sum-of-two": "'What is A + B?' (A, B in 2..30), shards: the ask, the first number, the second (3 shards)",
 }
+VIEWS = ("full", "concat", "sharded")
 
 
-def candidate_tasks(name: str, n: int, seed: int) -> list[tuple[str, str, list[str], str]]:
-    """(id, full prompt, shards, answer) of a candidate task family, test split / held-out seed."""
-    import random
-
-    from fic.data.synthetic import make_tasks
-
-    if name.startswith("arithmetic-"):
-        steps = 2 if name == "arithmetic-2-updates" else 1
-        return [(t.id, t.full_prompt, list(t.shards), t.answer) for t in make_tasks(n, seed=seed, split="test",
-                                                                                     steps=steps)]  # fmt: skip
-    if name == "sum-of-two":
-        rng = random.Random(f"sum|{seed}")
-        items = []
-        for i in range(n):
-            a, b = rng.randint(2, 30), rng.randint(2, 30)
-            items.append((f"sum-{seed}-{i}", f"What is {a} + {b}?", ["I need the sum of two numbers. What is it?",
-                          f"The first number is {a}.", f"The second number is {b}."], str(a + b)))  # fmt: skip
-        return items
-    raise ValueError(f"unknown candidate {name!r}")
+def split_side(key: str) -> str:
+    """`dev` or `test` for a task's content key: one bit of a salted hash, so the two sides never share a task."""
+    return "dev" if hashlib.sha256(f"{SPLIT_SALT}|{key}".encode()).digest()[0] % 2 == 0 else "test"
 
 
-def _test_tasks():
-    from fic.data.synthetic import make_tasks
+def family_tasks(name: str, side: str, n: int) -> list[tuple[str, str, list[str], str]]:
+    """The first `n` (id, full prompt, shards, answer) of candidate `name` on `side` (dev or test).
 
-    ev = SETTINGS["eval"]
-    return make_tasks(ev["n"], seed=ev["seed"], split="test", steps=SETTINGS["task"]["steps"])
+    Ids are `NAME|CONTENT-ID`. Arithmetic tasks come from the held-out (`test`) content-hash split of
+    `fic.data.synthetic`, which no training task is drawn from; `make_tasks` is prefix-stable in `n`, so a larger
+    pool only adds tasks after these."""
+    if side not in SETTINGS["split"]["sides"]:
+        raise ValueError(f"side: expected dev or test, got {side!r}")
+    seed = SETTINGS["split"]["seed"]
+    if name in ARITHMETIC:
+        from fic.data.synthetic import make_tasks
+
+        pool = make_tasks(4 * n + 40, seed=seed, split="test", steps=ARITHMETIC[name])
+        items = [(f"{name}|{t.id}", t.full_prompt, list(t.shards), t.answer) for t in pool if split_side(t.id) == side]
+    elif name == "sum-of-two":
+        pairs = [(a, b) for a in range(2, 31) for b in range(2, 31)]
+        random.Random(f"sum|{seed}").shuffle(pairs)
+        items = [(f"{name}|sum-{a}-{b}", f"What is {a} + {b}?", ["I need the sum of two numbers. What is it?",
+                  f"The first number is {a}.", f"The second number is {b}."], str(a + b))
+                 for a, b in pairs if split_side(f"sum-{a}-{b}") == side]  # fmt: skip
+    else:
+        raise ValueError(f"unknown candidate {name!r}; valid: {', '.join(CANDIDATES)}")
+    if len(items) < n:
+        raise ValueError(f"{name}: only {len(items)} {side} tasks for n={n}")
+    return items[:n]
 
 
-def write_lic_file(tasks, path: Path) -> Path:
-    """Tasks (`SyntheticTask`s or (id, full prompt, shards, answer) tuples) as a Lost-in-Conversation `math` file:
-    question = the canonical single-turn phrasing, the shards, and `#### ANSWER` (checked like GSM8K: the final
-    number of a reply equals the answer)."""
-    items = [t if isinstance(t, tuple) else (t.id, t.full_prompt, list(t.shards), t.answer) for t in tasks]
+def write_lic_file(items, path: Path) -> Path:
+    """(id, full prompt, shards, answer) tuples as a Lost-in-Conversation `math` file: question = the canonical
+    single-turn phrasing, the shards, and `#### ANSWER` (checked like GSM8K: the final number of a reply equals the
+    answer)."""
     rows = [
         {"task_id": i, "task": "math", "question": q, "answer": f"#### {a}",
          "shards": [{"shard_id": k, "shard": s} for k, s in enumerate(shards)]}
@@ -93,12 +172,12 @@ def write_lic_file(tasks, path: Path) -> Path:
 
 
 def sft(out_dir: Path) -> None:
-    """Single-turn SFT of SmolLM2 on synthetic train-split tasks (completion-only loss), saved to `out_dir`.
+    """Single-turn SFT of SmolLM2 on synthetic train-split tasks of both arithmetic candidates (completion-only
+    loss), saved to `out_dir`.
 
     The bottom `frozen_layers` decoder layers and the (tied) embeddings stay frozen and the logits are computed on
     the completion positions only: about half the compute of full fine-tuning, which is what fits on 2 CPU cores.
     """
-    import random
     import time
 
     import torch
@@ -110,7 +189,8 @@ def sft(out_dir: Path) -> None:
     torch.manual_seed(cfg["torch_seed"])
     tokenizer = load_tokenizer(repro.MODEL)
     model = load_model(repro.MODEL, dtype="float32")
-    tasks = make_tasks(cfg["tasks"], seed=cfg["seed"], split="train", steps=SETTINGS["task"]["steps"])
+    per = cfg["tasks"] // len(cfg["task_steps"])
+    tasks = [t for steps in cfg["task_steps"] for t in make_tasks(per, seed=cfg["seed"], split="train", steps=steps)]
     rows = tokenized_single_turn_rows(tokenizer, tasks)
     random.Random(cfg["seed"]).shuffle(rows)
     model.requires_grad_(False)
@@ -146,151 +226,528 @@ def sft(out_dir: Path) -> None:
     model.save_pretrained(out_dir)  # config.json last-ish: its presence marks the model saved
 
 
-def _lic(model: Path | str, data: Path, out: Path, log: Path, n: int, sampled: bool, max_new_tokens=None) -> dict:
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def _lic(model, data: Path, out: Path, log: Path, n: int, max_new_tokens: int, sampled: bool = False) -> dict:
+    """`fic lic` on the first `n` tasks of `data` (resumes in `out`); returns {mode: {task_id: [correct per run]}}."""
     ev = SETTINGS["eval"]
     args = ["lic", "--model", str(model), "--data", f"lost_in_conversation:{data}", "--limit", n,
-            "--max-new-tokens", max_new_tokens or ev["max_new_tokens"], "--batch-size", ev["batch_size"], "--out", str(out)]  # fmt: skip
+            "--max-new-tokens", max_new_tokens, "--batch-size", ev["batch_size"], "--out", str(out)]  # fmt: skip
     if sampled:
         s = ev["sampled"]
         args += ["--runs", s["runs"], "--temperature", s["temperature"], "--seed", s["seed"]]
     if not (out / "summary.json").exists():
         repro.fic(args, log)
-    return repro.read_json(out / "summary.json")
+    return outcomes(repro.read_jsonl(out / "episodes.jsonl"))
 
 
-def _views(summary: dict) -> dict:
-    return {f"p_{m}": summary["modes"][m]["P"] for m in ("full", "concat", "sharded")}
+def outcomes(episodes: list[dict]) -> dict[str, dict[str, list[bool]]]:
+    """Episode rows of `fic lic` as {mode: {task_id: [correct of each run]}}."""
+    out: dict[str, dict[str, list[bool]]] = {m: {} for m in VIEWS}
+    for row in sorted(episodes, key=lambda r: r["run"]):
+        out.setdefault(row["mode"], {}).setdefault(row["task_id"], []).append(bool(row["correct"]))
+    return out
 
 
-def _lic_metrics(summary: dict) -> dict:
-    return {m: {k: summary["modes"][m][k] for k in ("P", "A90", "U90_10", "episodes")} for m in summary["modes"]}
+def subset(result: dict, prefix: str) -> dict:
+    """The tasks of one candidate (ids `PREFIX|...`) of a run's outcomes."""
+    return {m: {t: v for t, v in by_task.items() if t.startswith(prefix + "|")} for m, by_task in result.items()}
+
+
+def views(result: dict) -> dict:
+    """{p_full, p_concat, p_sharded, n}: the share of correct episodes per view, pooled over runs."""
+    out = {}
+    for m in VIEWS:
+        flags = [f for v in result.get(m, {}).values() for f in v]
+        out[f"p_{m}"] = sum(flags) / len(flags) if flags else 0.0
+    out["n"] = len(result.get("full", {}))
+    return out
+
+
+def pooled(results: list[dict]) -> dict:
+    """Several models' outcomes (the seeds) as one: each task's verdicts of every model in one list."""
+    out: dict[str, dict[str, list[bool]]] = {m: {} for m in VIEWS}
+    for result in results:
+        for m in VIEWS:
+            for task, flags in result.get(m, {}).items():
+                out[m].setdefault(task, []).extend(flags)
+    return out
+
+
+def rates(result: dict) -> dict:
+    """Per view: the rate with its item-clustered 95% interval (`fic.estimates.cluster_rate`)."""
+    from fic.estimates import cluster_rate
+
+    out = {}
+    for m in VIEWS:
+        by_task = result.get(m, {})
+        flags = [f for v in by_task.values() for f in v]
+        clusters = [t for t, v in by_task.items() for _ in v]
+        out[m] = cluster_rate(flags, clusters)
+    return out
+
+
+def difference(a: dict, b: dict) -> dict:
+    """b - a on the same tasks: `fic.estimates.paired_difference` (`{diff, low, high, p, ...}`)."""
+    from fic.estimates import paired_difference
+
+    return paired_difference(a, b)
+
+
+def paired_ratio(num: dict, den: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """rate(num) / rate(den) on the tasks both have, with a 95% percentile interval from resampling the tasks
+    (the same draw for both, which pairs them; a resample with a zero denominator is skipped).
+
+    Used for recovery = P_sharded(after) / P_full(before). Returns {ratio, low, high, n_items}; None values when the
+    denominator is 0."""
+    import numpy as np
+
+    common = [t for t in den if len(den[t]) and len(num.get(t, ()))]
+    kn = np.array([sum(num[t]) for t in common], dtype=float)
+    nn = np.array([len(num[t]) for t in common], dtype=float)
+    kd = np.array([sum(den[t]) for t in common], dtype=float)
+    nd = np.array([len(den[t]) for t in common], dtype=float)
+    if not common or kd.sum() == 0:
+        return {"ratio": None, "low": None, "high": None, "n_items": len(common)}
+    ratio = (kn.sum() / nn.sum()) / (kd.sum() / nd.sum())
+    idx = np.random.default_rng(seed).integers(0, len(common), size=(n_boot, len(common)))
+    top, bottom = kn[idx].sum(1) / nn[idx].sum(1), kd[idx].sum(1) / nd[idx].sum(1)
+    boots = top[bottom > 0] / bottom[bottom > 0]
+    low, high = (float(q) for q in np.quantile(boots, [0.025, 0.975]))
+    return {"ratio": float(ratio), "low": min(low, ratio), "high": max(high, ratio), "n_items": len(common)}
+
+
+def seed_spread(values: list[float]) -> dict:
+    """Mean, sample sd, min and max of one number over the seeds."""
+    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n_seeds": len(values)}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- choices
+
+
+def qualifies(v: dict) -> bool:
+    """A setting worth distilling: competent single turn, CONCAT like FULL (so a SHARDED gap is about the turns)
+    and a multi-turn gap."""
+    eps = 1e-9
+    return (v["p_full"] >= 0.4 - eps and abs(v["p_concat"] - v["p_full"]) <= 0.10 + eps
+            and v["p_sharded"] <= 0.8 * v["p_full"] + eps)  # fmt: skip
+
+
+def choose_start(dev_views: dict[str, dict]) -> dict:
+    """Whether the single-turn SFT runs: unless an arithmetic candidate qualifies on dev with the base model."""
+    ok = [name for name in ARITHMETIC if name in dev_views and qualifies(dev_views[name])]
+    return {"rule": "skip the single-turn SFT only if an arithmetic candidate qualifies on dev with the base model",
+            "qualified": ok, "sft": not ok, "numbers": dev_views}  # fmt: skip
+
+
+def choose_task(dev_views: dict[str, dict]) -> dict:
+    """The arithmetic candidate to distil on: among those that qualify on dev, the largest gap P_full - P_sharded
+    (ties: fewer shards); if none qualifies, the largest gap, with `qualified` False."""
+    names = [n for n in ARITHMETIC if n in dev_views]
+    ok = [n for n in names if qualifies(dev_views[n])]
+    pick = max(ok or names, key=lambda n: (dev_views[n]["p_full"] - dev_views[n]["p_sharded"], -ARITHMETIC[n]))
+    return {"rule": "qualifying arithmetic candidate with the largest dev gap P_full - P_sharded",
+            "chosen": pick, "qualified": pick in ok, "numbers": {n: dev_views[n] for n in names}}  # fmt: skip
+
+
+def choose_mix(before: dict, after: dict[float, dict], margin: float) -> dict:
+    """`single_turn_mix` from dev: among mixes keeping P_full and P_concat within `margin` of `before`, the highest
+    P_sharded (ties: the larger mix); if none keeps both, the smallest worst drop (ties: the larger mix)."""
+    eps = 1e-9
+
+    def drop(mix):
+        return max(before["p_full"] - after[mix]["p_full"], before["p_concat"] - after[mix]["p_concat"])
+
+    keep = [m for m in after if drop(m) <= margin + eps]
+    pick = max(keep, key=lambda m: (after[m]["p_sharded"], m)) if keep else min(after, key=lambda m: (drop(m), -m))
+    return {"rule": f"highest dev P_sharded among mixes keeping dev P_full and P_concat within {margin:.2f} of the "
+                    "start model (none keeping: smallest worst drop)",
+            "chosen": pick, "kept": keep, "before": before, "numbers": {str(m): after[m] for m in after},
+            "seed": SETTINGS["vasd"]["mix_seed"]}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- the part
+
+
+def _train(kind: str, start, steps: int, mix: float, seed: int, out: Path, logs: Path) -> Path:
+    name = f"{kind}-mix{mix}-seed{seed}"
+    overrides = [f"model_name_or_path={start}", f"synthetic_task_steps={steps}", f"single_turn_mix={mix}",
+                 f"seed={seed}", *SETTINGS["vasd"]["overrides"], *KINDS[kind]]  # fmt: skip
+    return repro.train(SETTINGS["vasd"]["recipe"], overrides, out / "train" / name, logs / f"train-{name}.log")
+
+
+def _train_summary(model_dir: Path) -> dict:
+    for name in ("eval_summary.json", "train_summary.json"):
+        if (model_dir / name).exists():
+            return repro.read_json(model_dir / name)
+    return {}
 
 
 def run(out: Path) -> Section:
     out = Path(out).resolve()
-    logs = out / "logs"
-    ev = SETTINGS["eval"]
-    cand = SETTINGS["candidates"]
-    candidates = []
-    for name in cand["tasks"]:
-        path = write_lic_file(candidate_tasks(name, cand["n"], cand["seed"]), out / "data" / f"candidate-{name}.json")
-        summ = _lic(repro.MODEL, path, out / "candidates" / name, logs / "candidates.log", cand["n"], False,
-                    cand["max_new_tokens"])  # fmt: skip
-        candidates.append({"task": CANDIDATE_ABOUT[name], "model": "SmolLM2-135M-Instruct as shipped",
-                           "n": cand["n"], "max_new_tokens": cand["max_new_tokens"], **_views(summ)})  # fmt: skip
-    sft_dir = out / "sft"
-    if not (sft_dir / "config.json").exists():
-        repro._run([sys.executable, str(HERE / "vasd.py"), "sft", str(sft_dir)], logs / "sft.log", "vasd sft")
-    data = write_lic_file(_test_tasks(), out / "data" / "test.json")
-    before = _lic(sft_dir, data, out / "lic_before", logs / "lic_before.log", ev["n"], False)
-    before_s = _lic(sft_dir, data, out / "lic_before_sampled", logs / "lic_before.log", ev["sampled"]["n"], True)
-    vasd_dir = repro.train(SETTINGS["vasd"]["recipe"], [f"model_name_or_path={sft_dir}",
-                            *SETTINGS["vasd"]["overrides"]], out / "vasd", logs / "vasd.log")  # fmt: skip
-    after = _lic(vasd_dir, data, out / "lic_after", logs / "lic_after.log", ev["n"], False)
-    after_s = _lic(vasd_dir, data, out / "lic_after_sampled", logs / "lic_after.log", ev["sampled"]["n"], True)
-    train_summary = {}
-    for name in ("eval_summary.json", "train_summary.json"):
-        if (vasd_dir / name).exists():
-            train_summary = repro.read_json(vasd_dir / name)
-            break
-    candidates.append({"task": CANDIDATE_ABOUT["arithmetic-1-update"] + " (chosen)",
-                       "model": "after the single-turn SFT", "n": ev["n"], "max_new_tokens": ev["max_new_tokens"],
-                       **_views(before)})  # fmt: skip
-    return _section(before, after, before_s, after_s, train_summary, candidates)
+    logs, data = out / "logs", out / "data"
+    c, ev, v = SETTINGS["candidates"], SETTINGS["eval"], SETTINGS["vasd"]
+    seen: dict[str, list[str]] = {}  # which task ids each choice read (the test checks none is a test task)
+
+    # 1. start model: the candidates on dev with the base model
+    base_items = {name: family_tasks(name, "dev", c["base_n"]) for name in CANDIDATES}
+    path = write_lic_file([i for items in base_items.values() for i in items], data / "dev-candidates-base.json")
+    base = _lic(repro.MODEL, path, out / "dev" / "candidates-base", logs / "dev.log", 3 * c["base_n"],
+                c["base_max_new_tokens"])  # fmt: skip
+    seen["start"] = sorted(base["full"])
+    start_choice = choose_start({name: views(subset(base, name)) for name in CANDIDATES})
+    start = repro.MODEL
+    if start_choice["sft"]:
+        start = out / "sft"
+        if not (start / "config.json").exists():
+            repro._run([sys.executable, str(HERE / "vasd.py"), "sft", str(start)], logs / "sft.log", "vasd sft")
+
+    # 2. task: both arithmetic candidates on dev with the start model
+    dev_items = {name: family_tasks(name, "dev", c["dev_n"]) for name in ARITHMETIC}
+    path = write_lic_file([i for items in dev_items.values() for i in items], data / "dev-candidates-start.json")
+    dev_start = _lic(start, path, out / "dev" / "candidates-start", logs / "dev.log", 2 * c["dev_n"],
+                     ev["max_new_tokens"])  # fmt: skip
+    seen["task"] = sorted(dev_start["full"])
+    task_choice = choose_task({name: views(subset(dev_start, name)) for name in ARITHMETIC})
+    task = task_choice["chosen"]
+    steps = ARITHMETIC[task]
+
+    # 3. single_turn_mix: VASD at each mix (seed 0), scored on the chosen task's dev tasks
+    dev_file = write_lic_file(dev_items[task], data / f"dev-{task}.json")
+    models: dict[tuple, Path] = {}
+    dev_after = {}
+    for mix in MIXES:
+        models["vasd", mix, v["mix_seed"]] = _train("vasd", start, steps, mix, v["mix_seed"], out, logs)
+        result = _lic(models["vasd", mix, v["mix_seed"]], dev_file, out / "dev" / f"vasd-mix{mix}-seed{v['mix_seed']}",
+                      logs / "dev.log", c["dev_n"], ev["max_new_tokens"])  # fmt: skip
+        seen[f"mix {mix}"] = sorted(result["full"])
+        dev_after[mix] = views(result)
+    mix_choice = choose_mix(views(subset(dev_start, task)), dev_after, v["keep_margin"])
+    mix = mix_choice["chosen"]
+
+    # 4. the seeds of VASD and of the control at the chosen mix
+    for kind in KINDS:
+        for seed in SEEDS:
+            if (kind, mix, seed) not in models:
+                models[kind, mix, seed] = _train(kind, start, steps, mix, seed, out, logs)
+
+    # 5. test: scored once, after every choice
+    test_items = family_tasks(task, "test", ev["test_n"])
+    test_file = write_lic_file(test_items, data / f"test-{task}.json")
+    test = {"before": _lic(start, test_file, out / "test" / "before", logs / "test.log", ev["test_n"],
+                           ev["max_new_tokens"])}  # fmt: skip
+    for kind in KINDS:
+        for seed in SEEDS:
+            test[kind, seed] = _lic(models[kind, mix, seed], test_file, out / "test" / f"{kind}-seed{seed}",
+                                    logs / "test.log", ev["test_n"], ev["max_new_tokens"])  # fmt: skip
+    s = ev["sampled"]
+    sampled = {"before": _lic(start, test_file, out / "test_sampled" / "before", logs / "test.log", s["n"],
+                              ev["max_new_tokens"], sampled=True),
+               "after": _lic(models["vasd", mix, SEEDS[0]], test_file, out / "test_sampled" / f"vasd-seed{SEEDS[0]}",
+                             logs / "test.log", s["n"], ev["max_new_tokens"], sampled=True)}  # fmt: skip
+    training = {f"{kind}-mix{m}-seed{seed}": _train_summary(path) for (kind, m, seed), path in models.items()}
+    measured = {
+        "split": {"dev": sorted({i[0] for items in [*base_items.values(), *dev_items.values()] for i in items}),
+                  "test": [i[0] for i in test_items]},
+        "choices": {"start": start_choice, "task": task_choice, "mix": mix_choice}, "seen": seen,
+        "start_model": "sft" if start_choice["sft"] else "base", "test": test, "sampled": sampled,
+        "training": training,
+    }  # fmt: skip
+    return section(measured)
 
 
-def _section(before, after, before_s, after_s, train_summary, candidates) -> Section:
-    ev, s = SETTINGS["eval"], SETTINGS["eval"]["sampled"]
-    b, a = _views(before), _views(after)
-    recovery = a["p_sharded"] / b["p_full"] if b["p_full"] else 0.0
+# ---------------------------------------------------------------------------------------------- the report
+
+
+def _lic_metrics(result: dict) -> dict:
+    """P / A90 / U90-10 per mode from sampled outcomes (`fic.metrics.lic_scores`)."""
+    from fic.metrics import lic_scores
+
+    out = {}
+    for m in VIEWS:
+        by_task = {t: [1.0 if f else 0.0 for f in v] for t, v in result.get(m, {}).items()}
+        out[m] = {**lic_scores(by_task), "episodes": sum(len(v) for v in by_task.values())}
+    return out
+
+
+def _per_seed(test: dict, kind: str, before: dict) -> list[dict]:
+    rows = []
+    for seed in SEEDS:
+        r = views(test[kind, seed])
+        rows.append({"seed": seed, **{k: r[k] for k in ("p_full", "p_concat", "p_sharded")},
+                     "recovery": r["p_sharded"] / before["p_full"] if before["p_full"] else None})  # fmt: skip
+    return rows
+
+
+def _aggregate(per_seed: list[dict]) -> dict:
+    keys = ("p_full", "p_concat", "p_sharded", "recovery")
+    spread = {k: seed_spread([r[k] for r in per_seed]) for k in keys if all(r[k] is not None for r in per_seed)}
+    return {"per_seed": per_seed, "mean": {k: s["mean"] for k, s in spread.items()}, "spread": spread}
+
+
+def _d(x: dict) -> dict:
+    """What summary.json keeps of a paired difference."""
+    return {k: x[k] for k in ("diff", "low", "high", "p", "n_items", "rate_a", "rate_b", "detectable")}
+
+
+def section(m: dict) -> Section:
+    """The part's tables, targets and summary from what `run` measured (`m`: plain data, no model)."""
+    ev, v, s = SETTINGS["eval"], SETTINGS["vasd"], SETTINGS["eval"]["sampled"]
+    margin, test = v["keep_margin"], m["test"]
+    task, mix = m["choices"]["task"]["chosen"], m["choices"]["mix"]["chosen"]
+    before_o = test["before"]
+    b = views(before_o)
+    kinds = {kind: pooled([test[kind, seed] for seed in SEEDS]) for kind in KINDS}
+    agg = {kind: _aggregate(_per_seed(test, kind, b)) for kind in KINDS}
+    va, ctl = kinds["vasd"], kinds["self_sft"]
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    iv = lambda r: f"{pct(r['rate'])} [{pct(r['low'])}, {pct(r['high'])}]"  # noqa: E731
+
+    def dd(x: dict) -> str:
+        return f"{100 * x['diff']:+.1f} [{100 * x['low']:+.1f}, {100 * x['high']:+.1f}] p={x['p']:.3f}"
+
+    diffs = {
+        "sharded_gain": difference(before_o["sharded"], va["sharded"]),
+        "full_kept": difference(before_o["full"], va["full"]),
+        "concat_kept": difference(before_o["concat"], va["concat"]),
+        "recovery_gap": difference(before_o["full"], va["sharded"]),
+        "gap_before": difference(before_o["full"], before_o["sharded"]),
+        "concat_vs_full_before": difference(before_o["full"], before_o["concat"]),
+    }
+    ratio = paired_ratio(va["sharded"], before_o["full"])
+    per_seed_diffs = [
+        {"seed": seed, **{view: _d(difference(before_o[view], test["vasd", seed][view])) for view in VIEWS}}
+        for seed in SEEDS
+    ]
+    ablation_diffs = {view: difference(ctl[view], va[view]) for view in VIEWS}
+    control_vs_before = {view: difference(before_o[view], ctl[view]) for view in VIEWS}
+    control_ratio = paired_ratio(ctl["sharded"], before_o["full"])
+
     eps = 1e-9
-    pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
+    concat_gap = diffs["concat_vs_full_before"]
+    before_rates, vasd_rates, ctl_rates = rates(before_o), rates(va), rates(ctl)
+    kept_full = diffs["full_kept"]["low"] >= -margin - eps
+    kept_concat = diffs["concat_kept"]["low"] >= -margin - eps
+    recovered = ratio["low"] is not None and ratio["low"] >= ev["recovery_target"] - eps
     targets = [
-        Target("competent single turn", "P_full >= 0.40 (after a short single-turn SFT)", pct(b["p_full"]),
-               b["p_full"] >= 0.4 - eps),
-        Target("multi-turn loss", "P_sharded <= 0.8 x P_full (before)",
-               f"{pct(b['p_sharded'])} vs 0.8 x {pct(b['p_full'])} = {pct(0.8 * b['p_full'])}",
-               b["p_sharded"] <= 0.8 * b["p_full"] + eps),
-        Target("CONCAT like FULL", "|P_concat - P_full| <= 5 points (before)",
-               f"{pct(b['p_concat'])} vs {pct(b['p_full'])}", abs(b["p_concat"] - b["p_full"]) <= 0.05 + eps),
-        Target("recovery", "P_sharded(after) / P_full(before) >= 0.92", f"{recovery:.3f}", recovery >= 0.92 - eps),
-        Target("FULL kept", "P_full(after) >= P_full(before) - 2 points", f"{pct(a['p_full'])} vs {pct(b['p_full'])}",
-               a["p_full"] >= b["p_full"] - 0.02 - eps),
-        Target("CONCAT kept", "P_concat(after) >= P_concat(before) - 2 points",
-               f"{pct(a['p_concat'])} vs {pct(b['p_concat'])}", a["p_concat"] >= b["p_concat"] - 0.02 - eps),
+        Target("competent single turn", "P_full(before) >= 40%: interval's lower end", iv(before_rates["full"]),
+               before_rates["full"]["low"] >= 0.4 - eps),
+        Target("multi-turn loss", "P_sharded - P_full (before): interval below 0", dd(diffs["gap_before"]),
+               diffs["gap_before"]["high"] < 0),
+        Target("CONCAT like FULL", "P_concat - P_full (before): interval inside +-10 points",
+               dd(diffs["concat_vs_full_before"]),
+               -0.10 - eps <= concat_gap["low"] and concat_gap["high"] <= 0.10 + eps),
+        Target("recovery", f"P_sharded(after) / P_full(before) >= {ev['recovery_target']}: interval's lower end",
+               "n/a" if ratio["ratio"] is None else f"{ratio['ratio']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]",
+               recovered),
+        Target("FULL kept", f"P_full after - before: lower end >= -{100 * margin:.0f} points", dd(diffs["full_kept"]),
+               kept_full),
+        Target("CONCAT kept", f"P_concat after - before: lower end >= -{100 * margin:.0f} points",
+               dd(diffs["concat_kept"]), kept_concat),
+        Target("distillation beats self-SFT", "P_sharded VASD - self-SFT: interval above 0",
+               dd(ablation_diffs["sharded"]), ablation_diffs["sharded"]["low"] > 0),
     ]  # fmt: skip
-    views = Table(
-        f"P per view, greedy, {ev['n']} held-out test-split tasks (SFT model before, VASD model after)",
-        ["view", "before (SFT)", "after (VASD)", "change (points)"],
-        [[m.upper(), pct(b[f"p_{m}"]), pct(a[f"p_{m}"]), f"{100 * (a[f'p_{m}'] - b[f'p_{m}']):+.1f}"]
-         for m in ("full", "concat", "sharded")] + [["recovery P_sharded/P_full(before)",
-         f"{b['p_sharded'] / b['p_full']:.3f}" if b["p_full"] else "n/a", f"{recovery:.3f}", ""]],
+
+    n_seeds = len(SEEDS)
+    seed_cells = lambda kind, view: " / ".join(pct(r[f"p_{view}"]) for r in agg[kind]["per_seed"])  # noqa: E731
+    sd_cell = lambda kind, view: f"{100 * agg[kind]['spread'][f'p_{view}']['sd']:.1f}"  # noqa: E731
+    main = Table(
+        f"P per view, greedy, {len(before_o['full'])} test-split tasks ({task}; never used for a choice): the start "
+        f"model, VASD and the self-SFT control at single_turn_mix {mix} (chosen on dev), {n_seeds} seeds each "
+        "(pooled rate with its task-clustered 95% interval; per seed; sd over seeds)",
+        ["view", "before", "VASD pooled", "VASD per seed", "VASD sd", "self-SFT pooled", "self-SFT per seed",
+         "self-SFT sd"],
+        [[view.upper(), iv(before_rates[view]), iv(vasd_rates[view]), seed_cells("vasd", view), sd_cell("vasd", view),
+          iv(ctl_rates[view]), seed_cells("self_sft", view), sd_cell("self_sft", view)] for view in VIEWS],
     )  # fmt: skip
-    lic_rows = []
-    for label, summ in (("before", before_s), ("after", after_s)):
-        for m in ("full", "concat", "sharded"):
-            mm = summ["modes"][m]
-            lic_rows.append([label, m.upper(), pct(mm["P"]), pct(mm["A90"]), pct(mm["U90_10"]), mm["episodes"]])
-    lic = Table(
-        f"Lost-in-Conversation metrics, {s['n']} held-out tasks x {s['runs']} sampled runs (T={s['temperature']})",
-        ["model", "mode", "P", "A90", "U90-10", "episodes"], lic_rows,
+
+    def ratio_cell(r: dict) -> str:
+        return "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+
+    diff_table = Table(
+        "Differences on the test split, paired by task (seeds pooled per task): points with the cluster-bootstrap "
+        "95% interval and p",
+        ["comparison", "difference [95% interval] p", "reading"],
+        [
+            ["SHARDED: VASD - before", dd(diffs["sharded_gain"]), _reading(diffs["sharded_gain"])],
+            ["FULL: VASD - before (kept)", dd(diffs["full_kept"]), _kept_reading(diffs["full_kept"], margin)],
+            ["CONCAT: VASD - before (kept)", dd(diffs["concat_kept"]), _kept_reading(diffs["concat_kept"], margin)],
+            ["recovery: P_sharded(VASD) / P_full(before)", ratio_cell(ratio), f"target >= {ev['recovery_target']}"],
+            ["recovery gap: P_sharded(VASD) - P_full(before)", dd(diffs["recovery_gap"]),
+             _reading(diffs["recovery_gap"])],
+            *[[f"{view.upper()}: VASD - self-SFT", dd(ablation_diffs[view]), _reading(ablation_diffs[view])]
+              for view in VIEWS],
+            *[[f"{view.upper()}: self-SFT - before", dd(control_vs_before[view]), _reading(control_vs_before[view])]
+              for view in VIEWS],
+            ["recovery of self-SFT: P_sharded / P_full(before)", ratio_cell(control_ratio), ""],
+        ],
     )  # fmt: skip
+    lic = {"before": _lic_metrics(m["sampled"]["before"]), "after": _lic_metrics(m["sampled"]["after"]), "sampled": s}
+    lic_table = Table(
+        f"Lost-in-Conversation metrics, {s['n']} test tasks x {s['runs']} sampled runs (T={s['temperature']}): start "
+        f"model and VASD seed {SEEDS[0]}",
+        ["model", "mode", "P", "A90", "U90-10", "episodes"],
+        [[label, view.upper(), *(pct(lic[label][view][k]) for k in ("P", "A90", "U90_10")),
+          lic[label][view]["episodes"]] for label in ("before", "after") for view in VIEWS],
+    )  # fmt: skip
+    ch = m["choices"]
+    cand_rows = []
+    for name, r in ch["start"]["numbers"].items():
+        cand_rows.append([CANDIDATE_ABOUT[name], "as shipped", r["n"], SETTINGS["candidates"]["base_max_new_tokens"],
+                          *_view_cells(r, pct), "yes" if qualifies(r) else "no"])  # fmt: skip
+    for name, r in ch["task"]["numbers"].items():
+        chosen = " (chosen)" if name == task else ""
+        cand_rows.append([CANDIDATE_ABOUT[name] + chosen, m["start_model"], r["n"], ev["max_new_tokens"],
+                          *_view_cells(r, pct), "yes" if qualifies(r) else "no"])  # fmt: skip
     cands = Table(
-        "Task candidates measured first (greedy)",
-        ["candidate", "model", "n", "max new tokens", "P_full", "P_concat", "P_sharded"],
-        [[c["task"], c["model"], c["n"], c["max_new_tokens"], pct(c["p_full"]), pct(c["p_concat"]),
-          pct(c["p_sharded"])] for c in candidates],
+        "Choices on the dev split (1): task candidates, greedy (qualifies: P_full >= 40, |P_concat - P_full| <= 10, "
+        "P_sharded <= 0.8 P_full)",
+        ["candidate", "model", "dev tasks", "max new tokens", "P_full", "P_concat", "P_sharded", "qualifies"],
+        cand_rows,
     )  # fmt: skip
+    mb = ch["mix"]["before"]
+    mixes = Table(
+        f"Choices on the dev split (2): single_turn_mix, VASD seed {ch['mix']['seed']} on {mb['n']} dev tasks of "
+        f"{task} (kept: P_full and P_concat within {100 * margin:.0f} points of the start model's)",
+        ["single_turn_mix", "P_full", "P_concat", "P_sharded", "kept", "chosen"],
+        [["start model", pct(mb["p_full"]), pct(mb["p_concat"]), pct(mb["p_sharded"]), "", ""]]
+        + [[mx, pct(r["p_full"]), pct(r["p_concat"]), pct(r["p_sharded"]),
+            "yes" if float(mx) in ch["mix"]["kept"] else "no", "yes" if float(mx) == mix else ""]
+           for mx, r in ch["mix"]["numbers"].items()],
+    )  # fmt: skip
+
+    split = m["split"]
+    overlap = sorted(set(split["dev"]) & set(split["test"]))
+    test_ids = set(split["test"])
+    read_by_choices = sorted({t for ids in m["seen"].values() for t in ids} & test_ids)
+    vasd_mean = agg["vasd"]["mean"]
     summary = {
-        "task": "fic.data.synthetic arithmetic, 1 update step (3 shards: question, start value, update), "
-                "after a short single-turn SFT of SmolLM2",
-        "before": b, "after": a, "recovery": recovery, "n": ev["n"],
-        "lic": {"before": _lic_metrics(before_s), "after": _lic_metrics(after_s), "greedy_before": _lic_metrics(before),
-                "greedy_after": _lic_metrics(after), "sampled": s},
-        "candidates": candidates,
+        "task": f"{CANDIDATE_ABOUT[task]}, chosen on dev; start model: {m['start_model']}",
+        "split": {"how": f"held-out tasks cut by a salted hash of their content ({SPLIT_SALT}) into dev and test",
+                  "dev_tasks": len(split["dev"]), "test_tasks": len(split["test"]), "overlap": len(overlap),
+                  "test_tasks_read_by_choices": len(read_by_choices)},
+        "dev": {"start": ch["start"], "task": ch["task"], "mix": ch["mix"]},
+        "test": {
+            "n": len(before_o["full"]), "seeds": list(SEEDS), "single_turn_mix": mix,
+            "before": before_rates,
+            "vasd": {**agg["vasd"], "pooled": vasd_rates, "per_seed_differences": per_seed_diffs},
+            "sharded_gain": _d(diffs["sharded_gain"]),
+            "recovery": {"ratio": ratio, "difference": _d(diffs["recovery_gap"]), "target": ev["recovery_target"],
+                         "met": recovered},
+            "kept": {"margin": margin, "full": {**_d(diffs["full_kept"]), "kept": kept_full},
+                     "concat": {**_d(diffs["concat_kept"]), "kept": kept_concat}},
+            "before_checks": {"gap": _d(diffs["gap_before"]), "concat_minus_full": _d(diffs["concat_vs_full_before"])},
+        },
+        "ablation": {
+            "control": "self-SFT: same recipe, rows, steps, batch, learning rate, mix and seeds; mode=sequence "
+                       "temperature=0.0 (log-likelihood of the frozen start model's greedy single-turn answer in the "
+                       "sharded view the student plays itself)",
+            "self_sft": {**agg["self_sft"], "pooled": ctl_rates},
+            "vasd_minus_self_sft": {view: _d(ablation_diffs[view]) for view in VIEWS},
+            "self_sft_minus_before": {view: _d(control_vs_before[view]) for view in VIEWS},
+            "self_sft_recovery": control_ratio,
+        },
+        # the keys earlier readers use (reproduce/readme_table.py): before, after (VASD, mean of the seeds), recovery
+        "before": {k: b[k] for k in ("p_full", "p_concat", "p_sharded")},
+        "after": {k: vasd_mean[k] for k in ("p_full", "p_concat", "p_sharded")},
+        "recovery": vasd_mean.get("recovery"), "n": len(before_o["full"]),
+        "lic": lic,
         "targets_met": {t.name: t.met for t in targets},
-        "vasd_train": _vasd_train(train_summary),
+        "vasd_train": _vasd_train(m["training"]),
     }  # fmt: skip
     cfg = SETTINGS["sft"]
+    rv = _recipe_values()
     about = {
-        "model": "SmolLM2-135M-Instruct (smollm2), after a short single-turn SFT "
-                 f"({cfg['steps']} steps x {cfg['batch_size']} rows, lr {cfg['learning_rate']}, bottom "
-                 f"{cfg['frozen_layers']} layers and embeddings frozen); VASD with recipe reproduce_vasd",
-        "data": "fic.data.synthetic arithmetic word problems (1 update step, 3 shards), train split for SFT and VASD, "
-                "test split (disjoint by content hash) for evaluation; rule user reveals shards verbatim",
-        "sizes": f"SFT {cfg['tasks']} tasks x 4 phrasings; eval {ev['n']} tasks greedy, {s['n']} x {s['runs']} sampled",
-        "seeds": f"SFT tasks seed {cfg['seed']}, test tasks seed {ev['seed']}, torch seed {cfg['torch_seed']}, "
-                 f"sampling seed {s['seed']}",
+        "model": f"SmolLM2-135M-Instruct (smollm2); start model: {m['start_model']} (single-turn SFT "
+                 f"{cfg['steps']} steps x {cfg['batch_size']} rows, lr {cfg['learning_rate']}, bottom "
+                 f"{cfg['frozen_layers']} layers and embeddings frozen, both arithmetic candidates); VASD and the "
+                 f"self-SFT control with recipe {v['recipe']} ({rv['max_steps']} steps x "
+                 f"{rv['per_device_train_batch_size']} rows, lr {rv['learning_rate']})",
+        "data": "fic.data.synthetic held-out tasks cut into dev (every choice) and test (the results) by a salted "
+                "content hash; training tasks from the train split; rule user reveals shards verbatim",
+        "sizes": f"dev: {SETTINGS['candidates']['base_n']} tasks per candidate (base model), "
+                 f"{SETTINGS['candidates']['dev_n']} per arithmetic candidate; test: {len(before_o['full'])} tasks "
+                 f"greedy, {s['n']} x {s['runs']} sampled",
+        "seeds": f"VASD and self-SFT seeds {', '.join(map(str, SEEDS))} (training tasks, replay draws, teacher "
+                 f"samples, torch); mix chosen at seed {v['mix_seed']}; SFT tasks seed {cfg['seed']}, sampling seed "
+                 f"{s['seed']}",
     }  # fmt: skip
     text = [
-        "The base SmolLM2-135M-Instruct writes long explanations and gets these word problems wrong in every view "
-        "(candidates table), so a short single-turn SFT comes first; its model is the *before* model and VASD's "
-        "frozen teacher. FULL is the canonical phrasing, CONCAT all shards in one message as a list, SHARDED one "
-        "shard per turn (an episode is correct at its first correct answer attempt).",
-        "VASD settings (recipe `reproduce_vasd`): full fine-tuning, fp32, 30 steps x 8 rows, lr 5e-5 constant, "
-        "forward KL (`beta` 0) at temperature 1 on the frozen SFT teacher's sampled response in the single-turn view "
-        "(`lmbda` 0), the student's own greedy replies to the earlier shards, and `single_turn_mix` 0.5: half of "
-        "the rows replay the single-turn view against the teacher. Tried before it (make reproduce of 2026-12-01): "
-        "`single_turn_mix` 0.3, which closed the multi-turn gap too (P_sharded 0.21 -> 0.72) but eroded the "
-        "single-turn views (P_full 0.77 -> 0.59, P_concat 0.80 -> 0.67), the erosion DESIGN.md records for too "
-        "little single-turn replay.",
-        "P_full and P_concat are counted as kept when they drop by at most 2 points (a rise is not a miss). "
+        "Every choice was made by code on the dev split, from the numbers in the two dev tables: whether to run the "
+        "single-turn SFT (SmolLM2 as shipped writes long explanations), which arithmetic candidate, which "
+        f"`single_turn_mix` of {', '.join(map(str, MIXES))}. The test tasks ({len(split['test'])}, none among the "
+        f"{len(split['dev'])} dev tasks; test tasks read by a choice: {len(read_by_choices)}) were scored once, "
+        "after every choice. The earlier run's 0.3 -> 0.5 change, made after 0.3 missed on its test tasks, is "
+        "replaced by this dev choice.",
+        "The single-turn SFT trains the FULL and CONCAT forms only, so a SHARDED gap before VASD is expected by "
+        "construction; the self-SFT control asks whether distilling the teacher's distributions beats plain SFT on "
+        "the same sharded view with the model's own greedy single-turn answers as targets (same trainer, rows, "
+        "steps, learning rate, mix and seeds; only the loss differs). Recovery above 1 (the student above its "
+        "teacher) would point to format learning, which the control also gets.",
+        f"Intervals: item-clustered by test task (the {n_seeds} seeds of a task are one cluster), paired by task for "
+        "differences; the seeds' own spread is the sd column and the per-seed cells. An effect is claimed only where "
+        f"its interval excludes 0. FULL / CONCAT count as kept when the lower end of after - before is above "
+        f"-{100 * margin:.0f} points (a non-inferiority margin stated before the run); at n="
+        f"{len(before_o['full'])} one standard error of P_full is "
+        f"{100 * math.sqrt(max(b['p_full'] * (1 - b['p_full']), 1e-12) / max(len(before_o['full']), 1)):.1f} points.",
         "A90 and U90-10 come from the sampled runs; with one greedy run per task A90 equals P and U90-10 is 0.",
     ]
-    return Section(summary=summary, about=about, tables=[views, lic, cands], text=text, targets=targets)
+    return Section(summary=summary, about=about, tables=[main, diff_table, lic_table, cands, mixes], text=text,
+                   targets=targets)  # fmt: skip
 
 
-def _vasd_train(train_summary: dict) -> dict:
-    """What VASD trained on. The trainer's `rows` is the size of the synthetic train set it was given
-    (`synthetic_tasks`); training saw `max_steps` x `per_device_train_batch_size` of them (one process, no gradient
-    accumulation), which is `rows_trained`."""
-    values = SETTINGS["vasd"]["recipe_values"]
+def _view_cells(r: dict, pct) -> list[str]:
+    return [pct(r["p_full"]), pct(r["p_concat"]), pct(r["p_sharded"])]
+
+
+def _reading(x: dict) -> str:
+    return "detectable" if x["low"] > 0 or x["high"] < 0 else "no detectable difference at this size"
+
+
+def _kept_reading(x: dict, margin: float) -> str:
+    if x["high"] < 0:
+        return "detectable drop" + (" (within the margin)" if x["low"] >= -margin else "")
+    return f"kept (no drop beyond {100 * margin:.0f} points)" if x["low"] >= -margin else "not shown kept"
+
+
+def _recipe_values() -> dict:
+    """The recipe's values with the part's overrides (`key=value`) applied."""
+    values = dict(SETTINGS["vasd"]["recipe_values"])
+    for item in SETTINGS["vasd"]["overrides"]:
+        key, value = item.split("=", 1)
+        if key in values:
+            values[key] = type(values[key])(value) if not isinstance(values[key], bool) else value == "true"
+    return values
+
+
+def _vasd_train(training: dict) -> dict:
+    """What VASD and the control trained on. The trainer's `rows` is the size of the synthetic train set it was
+    given (`synthetic_tasks`); each run saw `max_steps` x `per_device_train_batch_size` of them (one process, no
+    gradient accumulation), which is `rows_trained`."""
+    values = _recipe_values()
     out = {"rows_trained": values["max_steps"] * values["per_device_train_batch_size"],
            "steps": values["max_steps"], "batch_size": values["per_device_train_batch_size"]}  # fmt: skip
-    if "rows" in train_summary:
-        out["rows_available"] = train_summary["rows"]
-    out.update({k: train_summary[k] for k in ("train_loss", "wall_s") if k in train_summary})
+    rows = [t["rows"] for t in training.values() if "rows" in t]
+    if rows:
+        out["rows_available"] = rows[0]
+    out["runs"] = {name: {k: t[k] for k in ("train_loss", "wall_s") if k in t} for name, t in training.items()}
     return out
+
+
+def estimated_seconds(settings: dict = SETTINGS, time: dict = TIME) -> float:
+    """The part's wall time from `TIME` (the arithmetic of the module docstring), for the 1-update task."""
+    c, ev, v = settings["candidates"], settings["eval"], settings["vasd"]
+    steps = dict(item.split("=", 1) for item in v["overrides"]).get("max_steps", v["recipe_values"]["max_steps"])
+    steps = int(steps)
+    lic = lambda n: time["lic_load"] + n * time["lic_task"]  # noqa: E731
+    vasd = time["train_load"] + steps * time["vasd_step"]
+    control = time["train_load"] + steps * time["self_sft_step"]
+    n_vasd = len(v["mixes"]) + len(v["seeds"]) - 1
+    return (time["candidates_base"] + time["sft"] + lic(2 * c["dev_n"]) + len(v["mixes"]) * lic(c["dev_n"])
+            + n_vasd * vasd + len(v["seeds"]) * control + (1 + 2 * len(v["seeds"])) * lic(ev["test_n"])
+            + 2 * (time["lic_load"] + ev["sampled"]["n"] * time["lic_sampled_task"]))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -110,15 +110,16 @@ def test_the_crosswalk_names_tables_the_parts_write():
 
 
 def test_vasd_summary_says_how_many_rows_training_saw():
-    """The trainer's `rows` is the synthetic train set's size; VASD trained on max_steps x batch of them."""
+    """The trainer's `rows` is the synthetic train set's size; each VASD / control run trained on max_steps x batch
+    of them, with the part's overrides applied to the recipe's values."""
     sys.modules.pop("vasd", None)
     import vasd as part
 
     values = part.SETTINGS["vasd"]["recipe_values"]
-    out = part._vasd_train({"rows": 2000, "train_loss": 0.09, "wall_s": 610.7, "model": "m"})
-    assert out == {"rows_trained": values["max_steps"] * values["per_device_train_batch_size"], "rows_available": 2000,
-                   "steps": values["max_steps"], "batch_size": values["per_device_train_batch_size"],
-                   "train_loss": 0.09, "wall_s": 610.7}  # fmt: skip
-    assert out["rows_trained"] == 240
+    steps = int(dict(o.split("=", 1) for o in part.SETTINGS["vasd"]["overrides"])["max_steps"])
+    out = part._vasd_train({"vasd-mix0.5-seed0": {"rows": 2000, "train_loss": 0.09, "wall_s": 610.7, "model": "m"}})
+    assert out == {"rows_trained": steps * values["per_device_train_batch_size"], "rows_available": 2000,
+                   "steps": steps, "batch_size": values["per_device_train_batch_size"],
+                   "runs": {"vasd-mix0.5-seed0": {"train_loss": 0.09, "wall_s": 610.7}}}  # fmt: skip
     recipe = yaml.safe_load((ROOT / "recipes" / f"{part.SETTINGS['vasd']['recipe']}.yaml").read_text())
     assert {k: recipe[k] for k in values} == values  # the part's copy of the recipe's values is the recipe's

@@ -7,6 +7,8 @@ import json
 import zipfile
 from pathlib import Path
 
+from safetensors import safe_open
+
 INTERRUPTED = "it has no trainer_state.json (its save was interrupted)"
 
 
@@ -27,8 +29,6 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
         return f"trainer_state.json is unreadable ({err})"
     for path in sorted(checkpoint.iterdir()):
         if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
             try:
                 with safe_open(str(path), framework="pt") as f:
                     f.keys()

@@ -16,6 +16,8 @@ import os
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from fic.errors import FicError
 from fic.jsonl import append_rows, load_done
 
@@ -28,7 +30,7 @@ def use_cpu_group_without_gpu() -> bool:
         return False
     if any(os.environ.get(k, "").lower() == "true" for k in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP")):
         return False  # accelerate would then drop DeepSpeed / FSDP; see cpu_backend_overrides
-    import torch
+    import torch  # torch, accelerate: heavy; train.py imports this module before it knows whether it will train
 
     if torch.cuda.is_available():
         return False
@@ -202,7 +204,6 @@ class RankedRows:
     def run(self, jobs: list, keys, make, desc: str = "", progress: bool = False) -> list[dict]:
         """Every job's rows, in job order, on every rank. `keys(job)` lists a job's row keys; `make(job)` makes its
         rows, called only for jobs with a key not stored yet, on the rank that owns the job."""
-        from tqdm.auto import tqdm
 
         def run_share(share: list) -> list[list[dict]]:
             return [self._job(job, keys, make) for job in tqdm(share, desc=desc, disable=not progress, unit="job")]

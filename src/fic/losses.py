@@ -173,7 +173,7 @@ def chunked_generalized_jsd(
     Returns:
         `LossOutput` with the reduced loss and the detached divergence/entropy sums.
     """
-    from trl.kernels.chunked_divergence import ChunkedDivergenceFunction
+    from trl.kernels.chunked_divergence import ChunkedDivergenceFunction  # trl's kernels: ~2.6 s more than torch
 
     _check_beta_temperature(beta, temperature)
     vocab_s, vocab_t = _rows(student_weight), _rows(teacher_weight)

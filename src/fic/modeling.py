@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from trl import ModelConfig
+from safetensors import SafetensorError
+from trl import ModelConfig  # the config dataclass only (~0.1 s): trl loads its trainers lazily
 
 from fic.errors import ModelLoadError, model_load_error
+from fic.gguf import resolve_gguf_name
+from fic.testing import FAMILIES, tiny_model, tiny_task_model
 
 __all__ = ["ModelArguments", "ModelLoadError", "load_model", "load_model_and_tokenizer", "load_tokenizer",
            "resolve_model_name"]  # fmt: skip
@@ -37,7 +40,7 @@ class ModelArguments(ModelConfig):
 
 def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = False):
     """`AutoTokenizer` with a pad token (EOS when the checkpoint has none) and left padding for generation."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: heavy (torch, ~1.5 s), only loading needs it
 
     name = resolve_model_name(name)
     try:
@@ -52,7 +55,6 @@ def load_tokenizer(name: str, revision: str = "main", trust_remote_code: bool = 
 def load_model(name: str, dtype: str | None = "auto", revision: str = "main", trust_remote_code: bool = False,
                attn_implementation: str | None = None):  # fmt: skip
     """`AutoModelForCausalLM` under `dtype` ("auto", "bfloat16", "float16", "float32")."""
-    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     name = resolve_model_name(name)
@@ -75,11 +77,7 @@ def resolve_model_name(name: str) -> str:
     if not isinstance(name, str):
         return name
     if not name.startswith("tiny:"):
-        from fic.gguf import resolve_gguf_name
-
         return resolve_gguf_name(name) or name
-    from fic.testing import FAMILIES, tiny_model, tiny_task_model
-
     parts = name.split(":")
     arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "synthetic"))
     if not arch_ok or parts[1] not in FAMILIES:
@@ -111,6 +109,6 @@ def load_model_and_tokenizer(args: ModelArguments):
 
 def peft_config(args: ModelArguments):
     """The LoRA config TRL would build from `args`, or None when `use_peft` is off."""
-    from trl import get_peft_config
+    from trl import get_peft_config  # trl's peft helpers: heavy (peft, transformers), only a LoRA recipe needs them
 
     return get_peft_config(args)

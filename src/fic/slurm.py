@@ -38,7 +38,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from fic.errors import FicError
+from fic.recipe import load_raw
 
 TOPOLOGIES = {"zero3": "accelerate_configs/multinode_zero3.yaml", "fsdp2": "accelerate_configs/multinode_fsdp2.yaml"}
 ROLLOUT_METHODS = ("followup_rl",)  # methods whose rollouts TRL can take from `trl vllm-serve`
@@ -108,8 +111,6 @@ def _int(env: dict, name: str, default: int | None = None) -> int | None:
 
 def read_accelerate_config(path: str | Path) -> dict:
     """The accelerate config's keys; a multi-node config must split its processes evenly over its machines."""
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise SlurmError(f"accelerate config {path} not found; run from the fic repository (sbatch from its root)")
@@ -123,8 +124,6 @@ def read_accelerate_config(path: str | Path) -> dict:
 
 def job_from_env(env: dict | None = None, root: str | Path = ".") -> Job:
     """The job the SLURM and FIC_* variables describe (see the module docstring). Raises `SlurmError`."""
-    from fic.recipe import load_raw
-
     env = dict(os.environ if env is None else env)
     root = Path(root)
     nodelist = _need(env, "SLURM_JOB_NODELIST", "run inside an allocation (sbatch/salloc), or set it for a dry run")

@@ -22,9 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from fic.data.synthetic import make_tasks, tokenized_single_turn_rows, vocabulary
 
 CHATML_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"
@@ -110,7 +115,7 @@ def _corpus() -> list[str]:
 
 def build_tokenizer(family: str = "chatml", vocab_size: int = 512):
     """A byte-level BPE `PreTrainedTokenizerFast` with the family's special tokens and chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    # transformers, torch, datasets, trl: heavy (seconds); fic.modeling imports this module for its model names
     from transformers import PreTrainedTokenizerFast
 
     spec = _family(family)
@@ -138,12 +143,7 @@ def build_task_tokenizer(family: str = "chatml"):
     about 80 tokens, not 250 as with a small byte-level BPE; the words the template itself writes (role names, the
     default system prompt) are read off a rendering. Anything else decodes as `[UNK]`.
     """
-    import re
-
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-
-    from fic.data.synthetic import vocabulary
 
     spec = _family(family)
     specials = list(dict.fromkeys([*spec["special"].values(), *spec["extra"], "[UNK]"]))
@@ -331,8 +331,6 @@ def tiny_task_model(
         return str(out)
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-
-    from fic.data.synthetic import make_tasks, tokenized_single_turn_rows
 
     threads = torch.get_num_threads()
     torch.set_num_threads(num_threads)

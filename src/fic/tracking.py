@@ -103,7 +103,7 @@ def configure_wandb(output_dir: str | Path, report_to="wandb", project: str = "f
 def wandb_run():
     """The active wandb run, or None (wandb not installed, not started, or this is not the main process)."""
     try:
-        import wandb
+        import wandb  # wandb: heavy, and only a logging run has one
     except ImportError:
         return None
     return wandb.run

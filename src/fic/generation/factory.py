@@ -7,6 +7,7 @@ from fic.generation.base import BACKEND_NAMES, Backend
 from fic.generation.hf import HFBackend
 from fic.generation.openai_http import OpenAICompletionsBackend
 from fic.generation.vllm_backend import VLLMBackend
+from fic.modeling import resolve_model_name
 
 
 def get_backend(name: str, model=None, **kw) -> Backend:
@@ -22,8 +23,6 @@ def get_backend(name: str, model=None, **kw) -> Backend:
         **kw: passed to the backend's constructor.
     """
     if name in ("transformers", "vllm") and isinstance(model, str):
-        from fic.modeling import resolve_model_name
-
         model = resolve_model_name(model)  # tiny:FAMILY, smollm2, a .gguf file -> a local folder
     if name == "transformers":
         if model is None:

@@ -28,8 +28,10 @@ import logging
 import os
 
 import torch
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
+from fic.errors import model_load_error
 from fic.generation.base import Backend, SamplingParams, cut_at_stop, derive_seed
 from fic.generation.decode import decode, model_kwargs
 
@@ -89,10 +91,8 @@ class HFBackend(Backend):
             raise ValueError(f"HFBackend(max_batch_tokens={max_batch_tokens!r}) must be an integer >= 1 or None.")
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
         if isinstance(model_or_path, (str, os.PathLike)):
-            from safetensors import SafetensorError
+            # transformers: heavy (seconds), only loading a model by name needs it
             from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            from fic.errors import model_load_error
 
             path = str(model_or_path)
             kwargs = {} if dtype is None else {"dtype": _resolve_dtype(dtype)}

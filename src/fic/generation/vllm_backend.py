@@ -20,7 +20,7 @@ INSTALL_HINT = "pip install 'fic[vllm]'"
 
 def _import_vllm():
     try:
-        import vllm
+        import vllm  # optional (fic[vllm]) and heavy: only this backend needs it
     except ImportError as e:
         raise ImportError(
             f"The 'vllm' generation backend needs vLLM, which is not installed ({e}). Install it with "

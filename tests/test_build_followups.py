@@ -125,7 +125,7 @@ def parse(argv):
 
 
 def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("fic.judges.make_judge", lambda *a, **k: RuleJudge())
+    monkeypatch.setattr("fic.data.followups.make_judge", lambda *a, **k: RuleJudge())
     out = tmp_path / "followups" / "followups.jsonl"
     args = parse([
         "--contexts", f"gsm8k:{shared_data}/gsm8k/test.jsonl", "--real", f"healthbench:{shared_data}/healthbench/oss_eval_first30.jsonl",

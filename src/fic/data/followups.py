@@ -24,6 +24,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from fic import cli_args
+from fic.chat import render, turn_end_strings
+from fic.judges import Case, is_genuine, make_judge
+from fic.judges.provenance import check_overlap
+from fic.metrics import genuine_rate
+
+from . import load_source
 from .records import DataError, Record
 
 logger = logging.getLogger(__name__)
@@ -95,8 +102,7 @@ def contexts_from_records(records: list[Record], answers: str = "data", backend=
     else:
         if backend is None or tokenizer is None:
             raise ValueError("answers='model' needs a generation backend and its tokenizer")
-        from fic.chat import render, turn_end_strings
-        from fic.generation import SamplingParams
+        from fic.generation import SamplingParams  # torch (fic.generation), trl (fic.modeling): not for --real
 
         params = SamplingParams(max_new_tokens=max_new_tokens, stop=turn_end_strings(tokenizer, "assistant"))
         prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in usable]
@@ -187,7 +193,6 @@ def template_followups(messages: list[dict], n: int = 4, seed: int = 0) -> list[
 def sample_candidates(backend, tokenizer, contexts: list[dict], n: int, temperature: float, max_new_tokens: int,
                       top_p: float = 1.0, seed: int = 0) -> list[list[str]]:  # fmt: skip
     """`n` user turns per context written by the model from the bare user header, cut at its end of turn."""
-    from fic.chat import turn_end_strings
     from fic.followup_eval import probe_prompts
     from fic.generation import SamplingParams
 
@@ -205,8 +210,6 @@ def rejection_sample(contexts: list[dict], candidates: list[list[str]], judge, k
 
     Returns the SFT rows and the label counts over all candidates (`judge_error` included).
     """
-    from fic.judges import Case
-
     if len(candidates) != len(contexts):
         raise ValueError(
             f"candidates: {len(candidates)} groups for {len(contexts)} contexts; expected one per context"
@@ -243,8 +246,6 @@ def drop_overlap(rows: list[dict], heldout: list[list[dict]]) -> tuple[list[dict
 
 
 def load_records(specs: list[str], limit: int | None = None) -> list[Record]:
-    from . import load_source
-
     return [record for spec in specs for record in load_source(spec, limit=limit)]
 
 
@@ -263,8 +264,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="dataset of real multi-turn conversations to keep as they are (mt_bench, healthbench, conversations)",
     )
-    from fic import cli_args
-
     cli_args.add_limit_argument(parser, None, help="items per dataset (default: all)")
     cli_args.add_responses_argument(parser, "data")
     parser.add_argument(
@@ -299,10 +298,8 @@ def _model_pieces(args):
 
     model = resolve_model_name(args.model)
     tokenizer = load_tokenizer(resolve_model_name(args.tokenizer) if args.tokenizer else model)
-    from fic.cli_args import backend_kwargs, backend_name
-
-    name = backend_name(args)
-    kwargs = backend_kwargs(args)
+    name = cli_args.backend_name(args)
+    kwargs = cli_args.backend_kwargs(args)
     if name == "transformers":
         kwargs["tokenizer"] = tokenizer
     return get_backend(name, model=model, **kwargs), tokenizer
@@ -316,9 +313,6 @@ def build(args) -> tuple[list[dict], dict]:
         raise DataError(f"--samples {args.samples} / --keep {args.keep}: both must be at least 1")
     judge = None
     if args.contexts:  # the contexts against the judge's fit, before a model loads
-        from fic.judges import make_judge
-        from fic.judges.provenance import check_overlap
-
         judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
         items = [(r.source, r.id, r.messages) for r in load_records(args.contexts, args.limit)]
         check_overlap(judge, items, getattr(args, "allow_judge_overlap", False), "--allow-judge-overlap")
@@ -329,9 +323,6 @@ def build(args) -> tuple[list[dict], dict]:
         rows += real
         summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
     if args.contexts:
-        from fic.judges import is_genuine
-        from fic.metrics import genuine_rate
-
         contexts = contexts_from_records(load_records(args.contexts, args.limit), args.responses, backend,
                                          tokenizer, args.response_tokens)  # fmt: skip
         if args.candidates == "templates":

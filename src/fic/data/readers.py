@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import constants
+
 from .records import DataError
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ def read_local(path: str | Path, formats: tuple[str, ...], json_key: str | None 
     elif suffix == ".json":
         yield from _read_json(path, json_key)
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # pyarrow, datasets, httpx: heavy (0.1-1 s), fic.data stays cheap to import
 
         for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield f"{path.name} row {i}", row
@@ -146,8 +148,6 @@ def offline() -> bool:
     flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("HF_DATASETS_OFFLINE"))
     if any(flag and flag.upper() in ("1", "ON", "YES", "TRUE") for flag in flags):
         return True
-    from huggingface_hub import constants
-
     return bool(constants.HF_HUB_OFFLINE)
 
 

@@ -220,7 +220,7 @@ class LLMSharder:
             raise ValueError(f"fallback: unknown value {self.fallback!r}; valid: error, rules")
 
     def _endpoint_complete(self, messages: list[dict]) -> str:
-        from fic.generation.openai_http import chat_complete, run_sync
+        from fic.generation.openai_http import chat_complete, run_sync  # fic.generation imports torch
 
         return run_sync(
             lambda: chat_complete(messages, model=self.model, base_url=self.base_url, temperature=self.temperature)

@@ -25,6 +25,7 @@ GPQA's three subsets are three names (`gpqa` is the usual diamond set) because `
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -267,8 +268,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     rows = source_table()
     if args.json:
-        import json
-
         print(json.dumps(rows, indent=2))
         return 0
     print("Name a dataset as NAME (its hub copy), NAME@SPLIT (one split of it) or NAME:PATH (a local file).\n")

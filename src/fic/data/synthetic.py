@@ -21,7 +21,10 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from fic.chat import full_view, render, turn_end_strings
+
 from .checkers import extract_final_number
+from .records import Record
 
 NAMES = ("Tom", "Ana", "Ben", "Eva", "Sam", "Mia", "Leo", "Zoe", "Max", "Ivy", "Jay", "Kim")
 ITEMS = ("apples", "books", "cookies", "eggs", "cards", "coins", "pens", "stamps", "shells", "marbles")
@@ -86,8 +89,6 @@ class SyntheticTask:
 
     def to_record(self):
         """The task as a `fic.data.Record` (full view, gsm8k verifier), for evaluators that take records."""
-        from .records import Record
-
         return Record(
             id=self.id,
             source=f"synthetic-{self.family}",
@@ -210,8 +211,6 @@ def tokenized_single_turn_rows(tokenizer, tasks: list[SyntheticTask]) -> list[di
     """`single_turn_rows` as token ids: the rendered prompt's ids followed by the response ids and the turn end
     (`input_ids` plus a `completion_mask`), built by concatenating ids. Several times faster than letting
     `SFTTrainer` render and tokenise every row, and the same ids."""
-    from fic.chat import full_view, render, turn_end_strings
-
     end = tokenizer(turn_end_strings(tokenizer, role="assistant")[0], add_special_tokens=False)["input_ids"]
     prompts = [
         render(tokenizer, full_view(p), add_generation_prompt=True) for t in tasks for p in t.single_turn_prompts

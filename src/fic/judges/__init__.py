@@ -6,6 +6,7 @@ for strict JSON; `CascadeJudge` lets the learned judge decide what it is sure of
 The heavy pieces (the sentence encoder, the HTTP client) load on first use, so importing this package is cheap.
 """
 
+import importlib
 from typing import Literal, get_args
 
 from .base import Case, Judge, Verdict
@@ -44,8 +45,6 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -78,16 +77,16 @@ def make_judge(
     if kind not in JUDGE_KINDS:
         raise ValueError(f"judge kind={kind!r} is unknown; valid kinds are {list(JUDGE_KINDS)}.")
     if kind in ("heuristic", "learned"):
-        from .heuristic import HeuristicJudge, HeuristicJudgeConfig
+        from .heuristic import HeuristicJudge, HeuristicJudgeConfig  # numpy: keeps `import fic.judges` cheap
 
         return HeuristicJudge(HeuristicJudgeConfig(classifier="default" if kind == "learned" else None))
     if not base_url or not model:
         raise ValueError(f"judge kind={kind!r} needs base_url= and model= (an OpenAI-compatible chat endpoint).")
-    from .llm import LLMJudge
+    from .llm import LLMJudge  # fic.judges.llm imports torch (fic.generation): the offline judges need none of it
 
     llm = LLMJudge(base_url, model, **llm_kw)
     if kind == "llm":
         return llm
-    from .cascade import CascadeJudge
+    from .cascade import CascadeJudge  # asyncio (~15 ms): keeps `import fic.judges` (every command's flags) cheap
 
     return CascadeJudge(make_judge("learned"), llm, threshold=threshold)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from .base import Case, Judge, Verdict
+from .provenance import judge_provenance
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,6 @@ class CascadeJudge:
     @property
     def provenance(self) -> dict:
         """The first judge's fit (the second, an LLM behind an endpoint, has no known provenance)."""
-        from .provenance import judge_provenance
-
         first = judge_provenance(self.first)
         return {**first, "source": f"{first['source']}; second stage: provenance unknown"}
 

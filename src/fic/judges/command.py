@@ -21,10 +21,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fic import cli_args
 from fic.errors import FicError
 from fic.estimates import cluster_rate
+from fic.judges import make_judge
 from fic.judges.provenance import prompt_hash
 
+from .agreement import judgement_agreement
 from .base import Case
 from .labels import JUDGE_ERROR, LABELS
 
@@ -42,8 +45,6 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "input", type=Path, help="JSONL with `messages` (ending with the assistant turn) and `user_turn`."
     )
-    from fic import cli_args
-
     cli_args.add_out_argument(parser, help=f"output folder; the judged rows go to DIR/{JUDGED_FILE}")
     cli_args.add_judge_arguments(parser)
     cli_args.deprecated_alias(parser, "--base-url", "judge_base_url")  # the old spellings
@@ -109,8 +110,6 @@ def read_cases(path: Path, skip_bad: bool = False) -> tuple[list[dict], list[Cas
 
 def build_judge(args: argparse.Namespace):
     """The judge `args` ask for; raises ValueError naming the missing option."""
-    from . import make_judge
-
     if args.judge in ("llm", "cascade"):
         missing = [opt for opt, value in (("--judge-base-url", args.judge_base_url),
                                           ("--judge-model", args.judge_model)) if not value]  # fmt: skip
@@ -204,8 +203,6 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def run_agreement(args: argparse.Namespace) -> int:
-    from .agreement import judgement_agreement
-
     try:
         result = judgement_agreement(_read_rows(args.a), _read_rows(args.b), names=(str(args.a), str(args.b)))
     except ValueError as err:

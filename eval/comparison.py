@@ -16,6 +16,7 @@ from fic.tracking import redact
 
 from .checkpoint_io import EVAL_DIR, is_evaluated, list_checkpoints
 from .evaluate import METRICS_FILE
+from .report import run_report
 
 
 def record_history(run_dir: str | Path, record: dict) -> None:
@@ -46,7 +47,7 @@ def _safe_name(name: str) -> str:
 
 def plot_metrics(records: list[dict], out_dir: Path) -> list[Path]:
     """One PNG per metric family (the name before `@`), each condition after `@` a line, against the step."""
-    import matplotlib
+    import matplotlib  # matplotlib: heavy, only the plots need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -79,11 +80,12 @@ def plot_metrics(records: list[dict], out_dir: Path) -> list[Path]:
 def probe_differences(run_dir: Path, records: list[dict]) -> list[dict]:
     """Each evaluated checkpoint's genuine rate against the first one's: the paired, item-clustered difference
     (`fic.followup_summary.compare`) from the probe turns of both, where both checkpoint folders still hold them."""
-    from fic.followup_summary import compare
 
     def turns(record: dict) -> list[dict]:
         path = run_dir / str(record.get("checkpoint") or "") / EVAL_DIR / "probe" / "samples.jsonl"
         return load_done(path) if record.get("checkpoint") and path.is_file() else []
+
+    from fic.followup_summary import compare  # numpy (~70 ms, fic.estimates): `fic eval-checkpoints` starts without it
 
     with_turns = [(r, turns(r)) for r in records]
     with_turns = [(r, rows) for r, rows in with_turns if rows]
@@ -97,8 +99,6 @@ def probe_differences(run_dir: Path, records: list[dict]) -> list[dict]:
 
 def write_comparison(run_dir: str | Path, config: dict | None = None) -> dict:
     """Write `RUN_DIR/eval/comparison.{json,csv}`, the metric plots and the run report; return the comparison."""
-    from .report import run_report
-
     run_dir = Path(run_dir)
     eval_dir = run_dir / EVAL_DIR
     records = collect(run_dir)

@@ -26,11 +26,16 @@ from pathlib import Path
 
 from fic import cli_args, metric_names
 from fic.chat import concat_view, full_view, render, turn_end_strings
-from fic.distributed import RankedRows, check_same_on_every_rank, main_process_first, on_main
+from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
+from fic.data import check_answer, load_source
+from fic.data.sharding import shard_math_problem
+from fic.data.synthetic import make_tasks
+from fic.distributed import RankedRows, check_same_on_every_rank, end_launch, launch_state, main_process_first, on_main
 from fic.eval_config import EvalConfig, LicConfig
-from fic.generation import SamplingParams
+from fic.generation import HFBackend, SamplingParams, get_backend
 from fic.jsonl import check_settings, load_done, write_json
 from fic.metrics import lic_scores
+from fic.modeling import load_tokenizer
 
 from .report import report_dir
 from .simulated_user import ChatEndpoint, ChatModelUser
@@ -59,8 +64,6 @@ class LiCTask:
 
 def tasks_from_synthetic(n: int, seed: int = 0, split: str = "test") -> list[LiCTask]:
     """Tasks from `fic.data.synthetic` (the CPU task family)."""
-    from fic.data.synthetic import make_tasks
-
     return [LiCTask(t.id, t.full_prompt, list(t.shards), t.check) for t in make_tasks(n, seed=seed, split=split)]
 
 
@@ -69,15 +72,11 @@ def tasks_from_source(spec: str, limit: int | None = None) -> list[LiCTask]:
 
     Records without an automatic answer checker cannot be scored offline and are skipped with a count.
     """
-    from fic.data import check_answer, load_source
-
     records = load_source(spec, limit=limit)
     tasks, skipped = [], 0
     for record in records:
         shards = record.meta.get("shards")
         if not shards and record.verifier.get("type") == "gsm8k":
-            from fic.data.sharding import shard_math_problem
-
             shards = shard_math_problem(record.messages[-1]["content"])
         if not shards or check_answer(record, "") is None:  # None: the source has no automatic checker
             skipped += 1
@@ -89,8 +88,6 @@ def tasks_from_source(spec: str, limit: int | None = None) -> list[LiCTask]:
 
 
 def _checker(record):
-    from fic.data import check_answer
-
     return lambda text: bool(check_answer(record, text))
 
 
@@ -183,8 +180,6 @@ def evaluate_views(
     `backend` (a `fic.generation` backend) replaces the transformers backend built from `model`.
     """
     if backend is None:
-        from fic.generation import HFBackend
-
         backend = HFBackend(model, tokenizer, batch_size=batch_size)
     n = max(len(tasks), 1)
 
@@ -288,7 +283,7 @@ def episode_key(row: dict) -> tuple:
 
 
 def plot(summary: dict, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # matplotlib: heavy, only the plot needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -335,11 +330,6 @@ def load_tasks(data: str, limit: int, seed: int, field: str, error: type[Excepti
 
 
 def run(args: argparse.Namespace) -> int:
-    from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
-    from fic.distributed import end_launch, launch_state
-    from fic.generation import get_backend
-    from fic.modeling import load_tokenizer
-
     if not args.model:
         raise ArgumentError("--model: required (a local path, a hub id, tiny:FAMILY, smollm2, or the served model's "
                             "name with --base-url)")  # fmt: skip

@@ -29,12 +29,20 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from fic import cli_args, metric_names
 from fic.chat import render, role_prefix, turn_end_strings
-from fic.distributed import RankedRows, check_same_on_every_rank, main_process_first, on_main
+from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
+from fic.data import check_answer, load_source, parse_spec
+from fic.distributed import RankedRows, check_same_on_every_rank, end_launch, launch_state, main_process_first, on_main
+from fic.eval_config import EvalConfig
 from fic.followup_eval import judge_with_floor, turn_rows
-from fic.followup_summary import SEED_FLOOR, row_key
-from fic.generation import SamplingParams
+from fic.followup_summary import SEED_FLOOR, flat_metrics, row_key
+from fic.generation import SamplingParams, get_backend
 from fic.jsonl import check_settings, write_json
+from fic.judges import DEFAULT_JUDGE, make_judge
+from fic.judges.provenance import check_overlap, judge_provenance, overlap_line, prompt_hash
+from fic.judges.validity import judge_validity, validity_line
+from fic.modeling import load_tokenizer
 
 from .rates import META_FILE, estimate_lines, write_rates
 
@@ -73,8 +81,6 @@ def answer_key(row: dict) -> tuple:
 def answer_rows(backend, tokenizer, dataset: str, records, source: str, max_new_tokens: int,
                 progress: bool = False) -> list[dict]:  # fmt: skip
     """The assistant answers of `records`: the model's (greedy, one batched call) or the data's, with their check."""
-    from fic.data import check_answer
-
     if source == "model":
         stop = turn_end_strings(tokenizer, "assistant")
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
@@ -177,9 +183,6 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
             jobs over them; every process calls `run_probe` with the same arguments, and the files (merged by the
             main process, `fic.distributed.RankedRows`) and the summary are those of one process.
     """
-    from fic.data import parse_spec
-    from fic.judges import DEFAULT_JUDGE, make_judge
-
     for kind in perturbations:
         perturb("x", kind)
     perturbations = with_seed_floor(perturbations)
@@ -234,8 +237,6 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
     answers_out.merge(all_answers)
 
     def summarize_run() -> dict:
-        from fic.judges.validity import judge_validity
-
         validity = judge_validity(judge)
         write_json(out_dir / META_FILE, {
             "run_id": run_id(out_dir), "accuracy": accuracy, "skipped_items": skipped, "settings": settings,
@@ -267,9 +268,6 @@ def with_seed_floor(perturbations) -> tuple[str, ...]:
 def probe_records(spec: str, limit: int | None, judge, outside_judge_fit: bool) -> list:
     """The items of `spec` the probe runs: the first `limit`, or with `outside_judge_fit` the first `limit` whose prompt
     is not in the judge's fit (`fic.judges.provenance`; a judge of unknown provenance keeps every item)."""
-    from fic.data import load_source
-    from fic.judges.provenance import judge_provenance, prompt_hash
-
     if not outside_judge_fit:
         return load_source(spec, limit=limit)
     fitted = judge_provenance(judge).get("fitted_items") or set()
@@ -279,9 +277,6 @@ def probe_records(spec: str, limit: int | None, judge, outside_judge_fit: bool) 
 
 def check_items(judge, datasets: list[str], limit: int | None, allow: bool, outside_judge_fit: bool = False) -> dict:
     """The probe's items against the judge's fit (`fic.judges.provenance.check_overlap`), before any model loads."""
-    from fic.data import parse_spec
-    from fic.judges.provenance import check_overlap, overlap_line
-
     items = [(parse_spec(spec)[0], r.id, r.messages) for spec in datasets
              for r in probe_records(spec, limit, judge, outside_judge_fit)]  # fmt: skip
     found = check_overlap(judge, items, allow, "--allow-judge-overlap (eval.allow_judge_overlap=true)")
@@ -303,9 +298,6 @@ def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fic import cli_args
-    from fic.eval_config import EvalConfig
-
     defaults = EvalConfig()  # the checkpoint callback's settings: the same checkpoint gives the same numbers
     cli_args.add_model_arguments(parser)
     parser.add_argument("--datasets", required=True, help="comma-separated NAME[:PATH] specs, e.g. gsm8k:test.jsonl "
@@ -334,13 +326,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
-    from fic.data import load_source
-    from fic.distributed import end_launch, launch_state
-    from fic.generation import get_backend
-    from fic.judges import make_judge
-    from fic.modeling import load_tokenizer
-
     if not args.model:
         raise ArgumentError(
             "--model: required (a local path, a hub id, tiny:FAMILY, smollm2, or the served model's name with --base-url)"
@@ -376,11 +361,7 @@ def run(args: argparse.Namespace) -> int:
     for line in estimate_lines(summary):
         print(line)
     if summary["judge_overlap"].get("n_overlap"):
-        from fic.judges.provenance import overlap_line
-
         print(overlap_line(summary["judge_overlap"]))
-    from fic.judges.validity import validity_line
-
     print(validity_line(summary["judge_validity"]))
     print(f"wrote {Path(args.out) / 'summary.json'}")
     return 0
@@ -388,10 +369,6 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
     """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics."""
-    from fic import metric_names
-    from fic.followup_summary import flat_metrics
-    from fic.judges import make_judge
-
     judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
     summary = run_probe(
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,

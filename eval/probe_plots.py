@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def write_plots(summary: dict, out_dir: str | Path) -> list[Path]:
-    import matplotlib
+    import matplotlib  # matplotlib: heavy, only the plots need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

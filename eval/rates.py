@@ -19,6 +19,10 @@ from pathlib import Path
 from fic.errors import FicError
 from fic.followup_summary import row_key, summarize
 from fic.jsonl import load_done, write_json
+from fic.judges.validity import judge_validity, validity_of
+
+from .probe_plots import write_plots
+from .report import probe_report
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +76,6 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
     `judge`: the judge object that made the verdicts (its measured error rates give the corrected rates); without
     one, the judge named in the run's settings is looked up by version in `fic.judges.validity`. `empty_ok`: a probe
     whose every item was skipped writes an empty summary instead of failing."""
-    from fic.judges.validity import judge_validity, validity_of
-
     run_dir = Path(run_dir)
     samples = run_dir / "samples.jsonl"
     if not samples.is_file() and not empty_ok:
@@ -97,9 +99,6 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
         summary["judge_validity"] = {k: v for k, v in validity.items() if k != "errors"}
     write_json(run_dir / "summary.json", summary)
     if report:
-        from .probe_plots import write_plots
-        from .report import probe_report
-
         write_plots(summary, run_dir)
         probe_report(summary, rows, run_dir / "report.html")
     return summary

@@ -15,6 +15,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from fic import metric_names
+from fic.data import parse_spec
+from fic.jsonl import load_done
+from fic.judges.labels import JUDGE_ERROR, LABELS
+from fic.judges.validity import validity_line
+from fic.tracking import redact
 
 from .report_html import (
     conversation,
@@ -35,16 +40,10 @@ from .report_html import (
 logger = logging.getLogger(__name__)
 
 MAX_SAMPLES = 400  # samples shown per report; the JSONL next to it holds them all
-GENUINE = "genuine_followup"
 
 
 def _label_order(labels) -> list[str]:
-    try:
-        from fic.judges.labels import JUDGE_ERROR, LABELS
-
-        known = [*LABELS, JUDGE_ERROR]
-    except ImportError:  # pragma: no cover - the judges package ships with fic
-        known = [GENUINE]
+    known = [*LABELS, JUDGE_ERROR]
     return [lab for lab in known if lab in labels] + sorted(set(labels) - set(known))
 
 
@@ -67,8 +66,6 @@ def spread(rows: list[dict], limit: int, key) -> list[dict]:
 
 
 def _settings_table(settings: dict) -> str:
-    from fic.tracking import redact
-
     rows = [[k, json.dumps(v) if isinstance(v, (list, dict)) else fmt(v)] for k, v in sorted(redact(settings).items())]
     return table(["setting", "value"], rows) if rows else ""
 
@@ -76,6 +73,7 @@ def _settings_table(settings: dict) -> str:
 def probe_tables(samples: list[dict]) -> dict:
     """Genuine rate (95% interval clustered by item) per (model, dataset, perturbation) x temperature and label shares
     per (dataset, temperature), from sample rows alone. Judge errors (`genuine` None) are excluded and counted."""
+    # numpy (~70 ms, fic.estimates): the light commands that write a report (regret, eval-checkpoints) skip it
     from fic.followup_summary import raw_rate
 
     cells: dict = defaultdict(list)
@@ -141,8 +139,6 @@ def probe_report(summary: dict, samples: list[dict], out_path: str | Path, title
     if summary.get("by_dataset"):
         parts.insert(0, section("Estimates", estimate_table(summary)))
     if summary.get("judge_validity"):
-        from fic.judges.validity import validity_line
-
         parts.insert(0, section("Judge", tag("p", validity_line(summary["judge_validity"]))))
     accuracy = summary.get("accuracy") or {}
     if accuracy:
@@ -253,8 +249,6 @@ def regret_report(summary: dict, episodes: list[dict], out_path: str | Path, tit
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    from fic.jsonl import load_done
-
     return load_done(path) if path.exists() else []
 
 
@@ -278,8 +272,6 @@ def report_dir(kind: str, directory: str | Path, title: str | None = None) -> Pa
 def comparison_probe_table(records: list[dict], config: dict | None = None) -> str:
     """Genuine follow-up rate by checkpoint (model) x dataset x temperature. The metric names are built from the
     evaluation settings (a record's own `config`, else `config`) with `fic.metric_names` and looked up."""
-    from fic.data import parse_spec
-
     grid: dict = defaultdict(dict)
     temps = set()
     for record in records:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -154,8 +155,6 @@ def section(title: str, *body) -> Html:
 
 def write_page(path: str | Path, document: str) -> Path:
     """Write the page atomically (temp file + rename)."""
-    import os
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -21,7 +21,7 @@ class ChatEndpoint:
 
     def chat(self, conversations: list[list[dict]], n: int = 1, temperature: float = 0.0, seed: int | None = None,
              max_new_tokens: int | None = None) -> list[list[str]]:  # fmt: skip
-        from fic.generation.openai_http import chat_complete, run_sync
+        from fic.generation.openai_http import chat_complete, run_sync  # fic.generation imports torch
 
         params = {"temperature": temperature}
         if seed is not None:

@@ -96,9 +96,9 @@ class StubJudge:
 
 @pytest.fixture
 def stub_judge(monkeypatch):
-    import fic.judges
+    import fic.eval.probe
 
-    monkeypatch.setattr(fic.judges, "make_judge", lambda *a, **k: StubJudge())
+    monkeypatch.setattr(fic.eval.probe, "make_judge", lambda *a, **k: StubJudge())
 
 
 def wandb_records(run_dir: Path):

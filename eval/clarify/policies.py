@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fic.eval.clarify.bag import bag_plus_answer, bag_step, parse_strategy
 from fic.eval.clarify.planner import GreedyPlanner
 from fic.eval.clarify.scenarios import Episode, Scenario
 from fic.eval.clarify.tracker import State
@@ -123,8 +124,6 @@ class ModelPolicy:
         self.model, self.max_new_tokens = model, max_new_tokens
 
     def act(self, ctx: Context) -> Action:
-        from fic.eval.clarify.bag import parse_strategy
-
         reply = self.model.chat([_model_messages(ctx)], max_new_tokens=self.max_new_tokens, seed=ctx.seed)[0][0]
         strategy, content = parse_strategy(reply)
         kind = ACTS[strategy]
@@ -147,8 +146,6 @@ class BAGPolicy:
         return lambda text: ctx.scenario.resolve(ctx.episode, text)
 
     def act(self, ctx: Context) -> Action:
-        from fic.eval.clarify.bag import bag_plus_answer, bag_step
-
         messages = _model_messages(ctx)
         if ctx.turn == 0:
             step = bag_step(

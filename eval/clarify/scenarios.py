@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fic.data import load_source
+
 logger = logging.getLogger(__name__)
 
 SCENARIOS = ("products", "ambigqa")
@@ -116,7 +118,7 @@ class Scenario(Protocol):
 def get_scenario(name: str) -> Scenario:
     """The scenario object for `name` ('products' or 'ambigqa')."""
     if name == "products":
-        from fic.eval.clarify.products import ProductScenario
+        from fic.eval.clarify.products import ProductScenario  # circular: products and ambigqa import this module
 
         return ProductScenario()
     if name == "ambigqa":
@@ -172,8 +174,6 @@ def resolve_data_path(scenario: str, data: str | None) -> Path:
 
 def load_records(kind: str, path: str | Path) -> list:
     """Records of `fic.data.load_source(f'{kind}:{path}')` (raises `fic.data.DataError` on malformed data)."""
-    from fic.data import load_source
-
     return load_source(f"{kind}:{path}")
 
 

@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 
 from fic.errors import FicError
+from fic.followup_summary import calibrated, row_key
 from fic.jsonl import load_done, write_json, write_rows
+from fic.judges.labels import GENUINE_FOLLOWUP, LABELS
+from fic.metrics import agreement, cohen_kappa
 
 from ..rates import turn_sha
 
@@ -39,14 +42,10 @@ class ReviewError(FicError, ValueError):
 
 
 def _labels() -> dict[str, str]:
-    from fic.judges.labels import LABELS
-
     return dict(LABELS)
 
 
 def _genuine_label() -> str:
-    from fic.judges.labels import GENUINE_FOLLOWUP
-
     return GENUINE_FOLLOWUP
 
 
@@ -131,8 +130,6 @@ class ReviewStore:
     def estimate(self) -> dict | None:
         """The calibrated (PPI++) rate of the whole run from the labels so far, beside the labels alone, with each
         interval's width (None before two labels, or when the judge's verdicts are not in the samples)."""
-        from fic.followup_summary import calibrated, row_key
-
         rows = [r for r in self.rows.values() if r.get("genuine") is not None]
         labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items() if k in self.rows}
         try:
@@ -199,8 +196,6 @@ class ReviewStore:
     def agreement(self) -> dict:
         """Human vs judge on the annotated items: Cohen's kappa and raw agreement on the label and on the binary
         decision, and the label confusion matrix. Items the judge could not decide (judge_error) are excluded."""
-        from fic.metrics import agreement, cohen_kappa
-
         with self._lock:
             annotated = dict(self.annotations)
         pairs, excluded = [], 0

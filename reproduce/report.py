@@ -52,8 +52,10 @@ def _markdown(summary: dict, records: dict[str, dict]) -> str:
 
 
 def _inline(text: str) -> str:
-    """Escape, then the two inline marks the sections use: `code` and **bold**."""
+    """Escape, then the inline marks the sections use: `code`, **bold** and an image `![alt](path)` (a part's figure,
+    a path relative to the report)."""
     text = html.escape(text)
+    text = re.sub(r"!\[([^\]]*)\]\(([^)\s]+)\)", r'<img alt="\1" src="\2">', text)
     text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
 

@@ -123,3 +123,11 @@ def test_vasd_summary_says_how_many_rows_training_saw():
                    "runs": {"vasd-mix0.5-seed0": {"train_loss": 0.09, "wall_s": 610.7}}}  # fmt: skip
     recipe = yaml.safe_load((ROOT / "recipes" / f"{part.SETTINGS['vasd']['recipe']}.yaml").read_text())
     assert {k: recipe[k] for k in values} == values  # the part's copy of the recipe's values is the recipe's
+
+
+def test_report_html_shows_a_parts_figure_and_escapes_text():
+    import report
+
+    line = report._inline("**Figures 1 and 4** (`fig.png`): ![rate vs T](probe/fig.png) <script>")
+    assert '<img alt="rate vs T" src="probe/fig.png">' in line
+    assert "<b>Figures 1 and 4</b>" in line and "<code>fig.png</code>" in line and "&lt;script&gt;" in line

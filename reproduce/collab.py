@@ -437,13 +437,19 @@ def _differences(base: list[dict], other: list[dict]) -> dict:
             "by_dataset": {d: {k: c[k] for k in KEEP} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
 
 
+COMMITTED_LABELS = repro.ROOT / "labels" / "followup" / "collab"
+
+
 def review_command(folder: Path) -> str:
     return f"fic review {folder} --sample 30 --seed {SETTINGS['seed']}"
 
 
-def calibrated_rates(out: Path, models: list[str]) -> dict:
+def calibrated_rates(out: Path, models: list[str], committed: Path | None = None) -> dict:
     """Per model: the calibrated (PPI) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
-    `fic review ... --sample 30`), or the command to write it; labels are never made up here."""
+    `fic review ... --sample 30`), else from the committed `labels/followup/collab/MODEL.jsonl` (blind labels of an
+    earlier run's turns: they attach only where every labelled turn's text hashes the same in this run), or the
+    command to write them; labels are never made up here."""
+    committed = COMMITTED_LABELS if committed is None else committed
     from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, read_labels
     from fic.followup_summary import calibrated, row_key
 
@@ -454,8 +460,11 @@ def calibrated_rates(out: Path, models: list[str]) -> dict:
         entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
         labels_path = folder / LABELS_FILE
         if not labels_path.is_file():
+            labels_path = committed / f"{name}.jsonl"
+        if not labels_path.is_file():
             result[name] = {**entry, "status": "no labels yet", "n_labels": 0}
             continue
+        entry["labels"] = str(labels_path)
         rows = _rows(folder / "samples.jsonl")
         meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
         try:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from fic.eval.rates import turn_sha
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 
@@ -239,3 +241,18 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     assert cal["base"]["status"] == "no labels yet"
     (out / "probe_rl" / "labels.jsonl").write_text(json.dumps({**labels[0], "run_id": "another"}) + "\n")
     assert part.calibrated_rates(out, models)["rl"]["status"].startswith("labels not usable")  # another run's labels
+
+    # committed labels (no run id; the turn's hash) attach to a run whose turns are the same text, and only then
+    committed = out / "committed"
+    committed.mkdir()
+    folder = out / "probe_base"
+    rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+    keep = ("dataset", "item_id", "temperature", "perturbation", "sample")
+    labels = [{k: r[k] for k in keep} | {"genuine": i % 2 == 0, "turn_sha": turn_sha(r["user_turn"])}
+              for i, r in enumerate(rows[:30])]  # fmt: skip
+    (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    cal = part.calibrated_rates(out, models, committed)
+    assert cal["base"]["n_labels"] == 30 and cal["base"]["labels"] == str(committed / "base.jsonl")
+    labels[0]["turn_sha"] = turn_sha("another text")
+    (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    assert part.calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")

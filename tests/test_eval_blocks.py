@@ -54,15 +54,18 @@ def test_an_override_wins_over_the_recipe_whichever_spelling_each_uses(tmp_path)
     ]
 
 
-def test_block_mistakes_name_the_dotted_key(tmp_path):
-    with pytest.raises(RecipeError, match=r"unknown key 'eval.lic.runz'.*Did you mean: eval.lic.runs"):
-        parsed(tmp_path, "  lic:\n    runz: 3\n")
-    with pytest.raises(RecipeError, match=r"eval.lic.runs: invalid value 'many' \(expected int\)"):
-        parsed(tmp_path, "  lic:\n    runs: many\n")
-    with pytest.raises(RecipeError, match=r"eval.lic.runs: 0; pass an integer >= 1"):
-        parsed(tmp_path, "  lic:\n    runs: 0\n")
-    with pytest.raises(RecipeError, match=r"eval.lic: expected a mapping of keys, got 3"):
-        parsed(tmp_path, "  lic: 3\n")
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  lic:\n    runz: 3\n", r"unknown key 'eval.lic.runz'.*Did you mean: eval.lic.runs"),
+        ("  lic:\n    runs: many\n", r"eval.lic.runs: invalid value 'many' \(expected int\)"),
+        ("  lic:\n    runs: 0\n", r"eval.lic.runs: 0; pass an integer >= 1"),
+        ("  lic: 3\n", r"eval.lic: expected a mapping of keys, got 3"),
+    ],
+)
+def test_block_mistakes_name_the_dotted_key(tmp_path, body, message):
+    with pytest.raises(RecipeError, match=message):
+        parsed(tmp_path, body)
 
 
 def test_saved_config_round_trips_and_old_flat_files_still_read():

@@ -116,6 +116,7 @@ def collab_part(tmp_path, monkeypatch):
     monkeypatch.setattr(repro, "plan", lambda recipe, overrides, log: plans.append(overrides))
     monkeypatch.setattr(repro, "train", lambda *a: _fake_train(*a, trained))
     monkeypatch.setattr(repro, "judge_about", lambda: JUDGE)
+    monkeypatch.setattr(part, "COMMITTED_LABELS", tmp_path / "no_committed_labels")  # the repo's own labels stay out
     section = part.run(tmp_path)
     return part, section, tmp_path, calls, trained
 

@@ -22,8 +22,10 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
    probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
    minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
    the shorter point is a checkpoint of the longer run. The held-out contexts play no part in it.
-5. Each arm trained at the chosen point and probed on the held-out contexts; follow-up RL (recipe as it is,
-   reported as measured: nothing retuned) likewise; GSM8K test accuracy of the base, the judge-filtered arm and RL.
+5. Each arm trained at the chosen point and probed on the held-out contexts. Follow-up RL: its learning rate
+   chosen the same way (`rl.grid`: one RL run per rate, each probed on the dev contexts, the highest dev rate minus
+   dev generic floor wins; ties: the lower rate); the chosen run is probed on the held-out contexts and reported as
+   measured. GSM8K test accuracy of the base, the judge-filtered arm and RL.
 6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
    summary picks up `PROBE_FOLDER/labels.jsonl` (`collab.calibrated`); without labels it says so.
 
@@ -40,9 +42,10 @@ Time (the 2-core machine; from the recorded run in reproduce/results/probe_colla
     arms at the longest point (8 steps): real 8 x 17 s + 25 s = 2.7; templates 8 x 5.5 s + 25 s = 1.2 each
                                                           5.1
     held-out probes of 3 arms and RL (answers copied)     4 x 1.3 = 5.2
-    follow-up RL (8 GRPO steps, as before)                3.4
+    follow-up RL: 2 learning rates x 8 GRPO steps         2 x 3.4 = 6.8
+    RL dev probes (answers copied, 2 turns each)          2 x 0.5 = 1.0
     GSM8K accuracy (base, judge-filtered arm, RL)         3 x 0.5 = 1.6
-    total                                                 24.5 min (22.5 when the grid chooses 4 steps)
+    total                                                 28.9 min (26.9 when the grid chooses 4 steps)
 
 The least certain line is the MT-Bench batches at max_length 512 (the recorded 17 s/step was at 320): at 24 s/step
 the real arm takes 3.6 min and each grid run 1.9, ~26 min in all. `truncation_mode=keep_end` (deprecated in TRL,
@@ -97,6 +100,9 @@ SETTINGS = {
         "grid": {"learning_rate": [1.0e-4, 3.0e-4], "max_steps": [4, 8]},
         "criterion": "dev genuine rate minus dev generic floor; ties: fewer steps, then the lower learning rate",
     },
+    # Follow-up RL: the recipe's steps and everything else; only the learning rate is chosen, on the same dev contexts.
+    "rl": {"grid": {"learning_rate": [1.0e-5, 3.0e-5]},
+           "criterion": "dev genuine rate minus dev generic floor; ties: the lower learning rate"},
     "sft_recipe": "reproduce_collab_sft",
     "rl_recipe": "reproduce_followup_rl",
 }  # fmt: skip
@@ -315,8 +321,9 @@ def sft_overrides(
     return out
 
 
-def rl_overrides(paths: dict[str, Path]) -> list[str]:
-    return [f"eval.datasets=[{','.join(heldout_specs(paths))}]", f"contexts=[gsm8k:{paths['gsm8k_train']}]"]
+def rl_overrides(paths: dict[str, Path], lr: float) -> list[str]:
+    return [f"eval.datasets=[{','.join(heldout_specs(paths))}]", f"contexts=[gsm8k:{paths['gsm8k_train']}]",
+            f"learning_rate={lr}"]  # fmt: skip
 
 
 def _train(recipe: str, overrides: list[str], output_dir: Path, log: Path) -> Path:
@@ -346,7 +353,7 @@ def dev_point(summary: dict) -> dict:
 
 def choose(points: list[dict]) -> dict:
     """The grid point with the highest dev score (`dev_point`); ties: fewer steps, then the lower learning rate."""
-    return max(points, key=lambda p: (round(p["score"], 9), -p["max_steps"], -p["learning_rate"]))
+    return max(points, key=lambda p: (round(p["score"], 9), -p.get("max_steps", 0), -p["learning_rate"]))
 
 
 def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
@@ -377,6 +384,20 @@ def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
             "points": points, "chosen": choose(points)}  # fmt: skip
 
 
+def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
+    """Follow-up RL's learning rate on the dev contexts (module docstring, step 5): one RL run per rate of `rl.grid`
+    (out/rl/lrRATE), each probed on dev after the base model's dev answers; {grid, criterion, points, chosen}, where
+    `chosen` also names the run's folder. Reads no held-out file."""
+    dev, points = dev_specs(paths), []
+    for lr in SETTINGS["rl"]["grid"]["learning_rate"]:
+        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), out / "rl" / f"lr{lr:g}",
+                       logs / f"train_rl_lr{lr:g}.log")  # fmt: skip
+        summary = _probe(out / "dev" / f"probe_rl_lr{lr:g}", str(model), dev, logs / f"dev_probe_rl_lr{lr:g}.log",
+                         seed_from=out / "dev" / "probe_base", samples=SETTINGS["dev"]["samples"])  # fmt: skip
+        points.append({"learning_rate": lr, "model": str(model), **dev_point(summary)})
+    return {**SETTINGS["rl"], "points": points, "chosen": choose(points)}
+
+
 def run(out: Path) -> repro.Section:
     out = Path(out)
     logs = out / "logs"
@@ -394,10 +415,11 @@ def run(out: Path) -> repro.Section:
                                  out / f"sft_{arm}", logs / f"train_{arm}.log"))  # fmt: skip
         probes[arm] = _probe(out / f"probe_{arm}", models[arm], held, logs / f"probe_{arm}.log",
                              seed_from=out / "probe_base")  # fmt: skip
-    models["rl"] = str(_train(SETTINGS["rl_recipe"], rl_overrides(paths), out / "rl", logs / "train_rl.log"))
+    rl_tuning = tune_rl(out, paths, logs)
+    models["rl"] = rl_tuning["chosen"]["model"]
     probes["rl"] = _probe(out / "probe_rl", models["rl"], held, logs / "probe_rl.log", seed_from=out / "probe_base")
     acc = {k: _gsm8k(out, k, models[k], logs / f"gsm8k_{k}.log") for k in SETTINGS["gsm8k"]["models"]}
-    return _section(out, paths, probes, acc, arms, tuning)
+    return _section(out, paths, probes, acc, arms, tuning, rl_tuning)
 
 
 def _turn_stats(folder: Path, dataset: str) -> dict:
@@ -509,7 +531,7 @@ def _short(text: str, n: int) -> str:
 
 
 def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
-             tuning: dict) -> repro.Section:  # fmt: skip
+             tuning: dict, rl_tuning: dict) -> repro.Section:  # fmt: skip
     judge = repro.judge_about()
     p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
     models = list(probes)
@@ -523,7 +545,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
                    "conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),
                    "wall_s": e.get("wall_s")} for k, e in evals.items()}  # fmt: skip
-    rl_eval = repro.read_json(out / "rl" / "eval_summary.json")
+    rl_eval = repro.read_json(Path(rl_tuning["chosen"]["model"]) / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
     calibrated = calibrated_rates(out, models)
     n_rows = arms["real"]["rows"]
@@ -544,7 +566,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                "reward_curve": curve, "reward_first_quarter": rl_eval["before"].get("mean_reward"),
                "reward_last_quarter": rl_eval["after"].get("mean_reward"),
                "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
-               "hyperparameters": "the recipe's, as measured: nothing chosen on dev or held-out in this run"},
+               "hyperparameters": rl_tuning},
         "gsm8k_accuracy": acc_only,
         "heldout": {"healthbench_contexts": len(_rows(paths["hb_test"])), "mt_bench_contexts": len(_rows(paths["mtb_test"])),
                     "temperature": p["temperatures"], "samples": p["samples"]},
@@ -618,6 +640,15 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
              + [[f"{pt['learning_rate']:g}", pt["max_steps"], repro.rate_cell(pt["raw"]),
                  repro.interval_cell(pt["generic_floor"]), f"{100 * pt['score']:.1f}",
                  "yes" if pt == chosen else ""] for pt in tuning["points"]],
+    )  # fmt: skip
+    rl_chosen = rl_tuning["chosen"]
+    rl_grid = repro.Table(
+        caption="Follow-up RL learning rate chosen on the same dev contexts (never the held-out ones): one RL run per "
+                f"rate (the recipe's {SETTINGS['rl_recipe']} otherwise), probed on dev; score = dev rate - dev "
+                "generic floor (%)",
+        columns=["learning rate", "dev rate", "dev generic floor", "score", "chosen"],
+        rows=[[f"{pt['learning_rate']:g}", repro.rate_cell(pt["raw"]), repro.interval_cell(pt["generic_floor"]),
+               f"{100 * pt['score']:.1f}", "yes" if pt == rl_chosen else ""] for pt in rl_tuning["points"]],
     )  # fmt: skip
     calib = repro.Table(
         caption="Calibrated (prediction-powered) rate from blind labels of about 30 held-out turns per model (%, 95% "
@@ -694,9 +725,10 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"{100 * tuning['dev']['base']['score']:.1f}). The grid trains on a mix of a third of each arm, so no arm's "
          "data made the choice; with "
          f"{sum(tuning['dev']['contexts'].values())} dev contexts and {tuning['dev']['samples']} turns each, close "
-         "scores are within noise. Follow-up RL keeps its recipe (learning rate 3e-5, 8 steps) and is reported as "
-         "measured; that rate was set in an earlier run after 1e-5 missed on this same held-out set, which this run "
-         "does not undo."),
+         "scores are within noise. Follow-up RL's learning rate was chosen the same way from "
+         f"{SETTINGS['rl']['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
+         f"{100 * rl_chosen['score']:.1f} points); its steps and everything else are the recipe's, and it is "
+         "reported as measured."),
         (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
          f"{judge['false_positive_rate']:.2f}); it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
          f"turns genuine where the annotators' labels say {_share(judge['annotator_genuine_rate'])} (independent "
@@ -723,7 +755,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                 "its turns are distinct): compare its rate with its generic floor."
             )
     return repro.Section(summary=summary, about=about,
-                         tables=[main, arm_table, compared, floors, grid, calib, labels, stats, reward, shown],
+                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, labels, stats, reward, shown],
                          text=text, targets=targets)  # fmt: skip
 
 

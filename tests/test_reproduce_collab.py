@@ -193,6 +193,20 @@ def test_the_choice_reads_dev_contexts_only(collab_part):
     assert not any(prompt_hash([{"role": "user", "content": r["turns"][0]}]) in fitted for r in dev_rows)
 
 
+def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(collab_part):
+    part, section, out, calls, trained = collab_part
+    rl = section.summary["rl"]["hyperparameters"]
+    runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    assert sorted(float(t["learning_rate"]) for t in runs) == part.SETTINGS["rl"]["grid"]["learning_rate"]
+    assert [p["learning_rate"] for p in rl["points"]] == part.SETTINGS["rl"]["grid"]["learning_rate"]
+    assert rl["chosen"]["score"] == max(p["score"] for p in rl["points"])
+    rl_calls = [c for c in calls if "/rl/" in c["model"]]
+    dev = [c for c in rl_calls if all("dev.jsonl" in s for s in c["datasets"])]
+    held = [c for c in rl_calls if any("test.jsonl" in s and "gsm8k" not in s for s in c["datasets"])]
+    assert len(dev) == 2 and [c["model"] for c in held] == [rl["chosen"]["model"]]
+    assert any(t.caption.startswith("Follow-up RL learning rate chosen") for t in section.tables)
+
+
 def test_choose_breaks_ties_toward_fewer_steps_and_the_lower_rate():
     sys.modules.pop("collab", None)
     import collab as part

@@ -97,7 +97,7 @@ def _join_processes(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from fic.distributed import use_cpu_group_without_gpu
+    from fic.distributed import end_launch, use_cpu_group_without_gpu
     from fic.errors import FicError
 
     use_cpu_group_without_gpu()
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except FicError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    end_launch()  # a rank that exits with a live gloo group can abort in its threads
     return 0
 
 

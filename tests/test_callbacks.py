@@ -337,7 +337,7 @@ def _main(out_dir: str) -> None:
     """Entry point for the two-process test: train with the real heuristic judge, record what each rank did."""
     from accelerate import PartialState
 
-    from fic.distributed import use_cpu_group_without_gpu
+    from fic.distributed import end_launch, use_cpu_group_without_gpu
     from fic.eval_config import EvalConfig
 
     use_cpu_group_without_gpu()
@@ -353,6 +353,7 @@ def _main(out_dir: str) -> None:
         "rank": state.process_index, "world_size": trainer.args.world_size,
         "evaluated": [r["step"] for r in callback.records],
     }))  # fmt: skip
+    end_launch()  # as train.py does: leave the gloo group before the process exits
 
 
 if __name__ == "__main__":

@@ -406,7 +406,7 @@ def _main(out_dir: str) -> None:
     """Two steps of VASD on 2 processes whose batches hold different numbers of shards (and none on some)."""
     from accelerate import PartialState
 
-    from fic.distributed import use_cpu_group_without_gpu
+    from fic.distributed import end_launch, use_cpu_group_without_gpu
     from fic.trainers.vasd import rollout as vasd_rollout
 
     use_cpu_group_without_gpu()
@@ -449,6 +449,7 @@ def _main(out_dir: str) -> None:
     state = PartialState()
     record.update(rank=state.process_index, world_size=trainer.args.world_size, steps=trainer.state.global_step)
     (out / f"rank{state.process_index}.json").write_text(json.dumps(record))
+    end_launch()  # as train.py does: leave the gloo group before the process exits
 
 
 if __name__ == "__main__":

@@ -22,6 +22,22 @@ out of a cooperative, terse, verbose or contradicts-once reply (the correction c
 policy, which acts on the tracked state, can only tell `vague` apart; the profiles reach a model policy only after
 it asks a question.
 
+Belief temperature, chosen on dev items: at T=1 SmolLM2-135M's K=5 belief samples name five different answers on
+every item even after grouping, so the entropy is ln 5 everywhere and carries nothing. Before the reported runs,
+`fic bag --variant bag` runs once per temperature of `SETTINGS["belief_temperature"]["grid"]` on `dev_items` AmbigQA
+items taken right after the reported ones in the same seeded draw (`fic bag --skip bag_items`; disjoint from the
+reported items, which is checked), and the temperature whose belief entropy best tells AmbigQA's ambiguous items
+(more than one disambiguation) from the rest (highest dev AUROC; ties or no AUROC: most items below ln K, then the
+higher temperature) is the one every reported BAG run uses: both `fic bag` variants (prompt_only only records its
+belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The reported items never enter the choice.
+
+Time (an estimate from the code, not measured): a `fic bag` run is one process that loads SmolLM2 and, per item,
+makes one sampled call of K answers, one greedy strategy call and, after a clarification, one more greedy call. A
+dev run on `dev_items` items costs about one reported bag run; the redesign check (reproduce/results/redesign_check)
+ran the whole part, two bag runs among fourteen commands, in 3.1 minutes on 2 CPU cores, so the three dev runs
+should add roughly one to two minutes (the temperature changes what is sampled, not the number of calls; replies
+can run to the token limit at any temperature).
+
 Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
 (`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route
 and the AUROC of entropy for not answering directly (`clarify.faithfulness` in summary.json).
@@ -57,6 +73,12 @@ SETTINGS = {
     "bag_profile": "cooperative",
     "seed": 0,
     "belief_clusters": "answer_core",
+    "belief_temperature": {
+        "grid": [0.3, 0.7, 1.0], "dev_items": 10, "variant": "bag",
+        "criterion": "highest dev AUROC of the belief's semantic entropy for the item being ambiguous (AmbigQA: "
+                     "more than one disambiguation); ties or no AUROC: most items below ln K, then the higher "
+                     "temperature",
+    },
 }  # fmt: skip
 # `belief_clusters`: how BAG's samples are grouped before their entropy (`fic.eval.clarify.text.cluster_answers`).
 # A folder made when whole strings were compared holds entropies of log K everywhere and is refused, not reused.
@@ -77,7 +99,7 @@ def _episodes(policy: str) -> int:
     return SETTINGS["model_episodes"] if policy == "model" else SETTINGS["bag_episodes"]
 
 
-def _regret(out: Path, scenario: str, policy: str) -> Path:
+def _regret(out: Path, scenario: str, policy: str, belief_temperature: float) -> Path:
     s = SETTINGS
     folder = out / "regret" / f"{scenario}-{policy}"
     args = [
@@ -90,20 +112,97 @@ def _regret(out: Path, scenario: str, policy: str) -> Path:
     if policy in MODEL_POLICIES:
         args += ["--model", s["model"], "--max-new-tokens", s["max_new_tokens"]]
     if policy.startswith("bag"):
-        args += ["--k", s["k"], "--agree", s["agree"][policy]]
+        args += ["--k", s["k"], "--agree", s["agree"][policy], "--belief-temperature", belief_temperature]
     repro.fic(args, out / "logs" / f"regret-{scenario}-{policy}.log")
     return folder
 
 
-def _bag(out: Path, variant: str) -> Path:
+def _bag(out: Path, variant: str, belief_temperature: float, dev: bool = False) -> Path:
+    """`fic bag` on the reported items (the first `bag_items` of the seeded draw), or with `dev` on the
+    `belief_temperature.dev_items` items right after them (`--skip bag_items`), never the reported ones."""
     s = SETTINGS
-    folder = out / "bag" / variant
+    if dev:
+        folder = out / "bag_dev" / f"{variant}-t{belief_temperature}"
+        select = ["--skip", s["bag_items"], "--limit", s["belief_temperature"]["dev_items"]]
+        log = out / "logs" / f"bag-dev-{variant}-t{belief_temperature}.log"
+    else:
+        folder, select, log = out / "bag" / variant, ["--limit", s["bag_items"]], out / "logs" / f"bag-{variant}.log"
     repro.fic([
         "bag", "--model", s["model"], "--data", repro.SHARED / s["data"]["ambigqa"], "--variant", variant,
-        "--k", s["k"], "--agree", s["agree"]["bag_plus"], "--limit", s["bag_items"], "--profile", s["bag_profile"],
-        "--max-new-tokens", s["max_new_tokens"], "--seed", s["seed"], "--out", folder,
-    ], out / "logs" / f"bag-{variant}.log")  # fmt: skip
+        "--k", s["k"], "--agree", s["agree"]["bag_plus"], "--belief-temperature", belief_temperature, *select,
+        "--profile", s["bag_profile"], "--max-new-tokens", s["max_new_tokens"], "--seed", s["seed"], "--out", folder,
+    ], log)  # fmt: skip
     return folder
+
+
+def dev_belief(records: list[dict], k: int) -> dict:
+    """A belief temperature's dev numbers from its `fic bag` items: n, ambiguous items, mean entropy, share of items
+    below ln K, and the AUROC of the entropy for the item being ambiguous (AmbigQA's own label: more than one
+    disambiguation; None when the dev items hold one class only)."""
+    import math
+
+    from fic.metrics import auroc
+
+    entropies = [float(r["semantic_entropy"]) for r in records]
+    labels = [bool(r["ambiguous"]) for r in records]
+    n = len(records)
+    return {
+        "n": n,
+        "ambiguous": sum(labels),
+        "entropy_mean": sum(entropies) / n if n else None,
+        "below_log_k": sum(e < math.log(k) - 1e-9 for e in entropies) / n if n else None,
+        "auroc_ambiguous": auroc(entropies, labels) if n else None,
+    }
+
+
+def choose_temperature(dev: dict[float, dict]) -> float:
+    """The grid temperature with the highest dev AUROC; ties (to 1e-9) or no AUROC: the most items below ln K, then
+    the higher temperature."""
+
+    def rank(t: float) -> tuple:
+        d = dev[t]
+        auc = -1.0 if d["auroc_ambiguous"] is None else round(d["auroc_ambiguous"], 9)
+        return auc, round(d["below_log_k"] or 0.0, 9), t
+
+    return max(dev, key=rank)
+
+
+def _belief_temperature(out: Path) -> dict:
+    """Run the dev grid and choose the belief temperature (`clarify.belief_temperature` in summary.json)."""
+    s, b = SETTINGS, SETTINGS["belief_temperature"]
+    folders = {float(t): _bag(out, b["variant"], float(t), dev=True) for t in b["grid"]}
+    dev = {t: dev_belief(_items(folder), s["k"]) for t, folder in folders.items()}
+    ids = {t: {str(r["id"]) for r in _items(folder)} for t, folder in folders.items()}
+    chosen = choose_temperature(dev)
+    return {
+        "grid": [float(t) for t in b["grid"]], "dev_items": b["dev_items"], "skip": s["bag_items"],
+        "variant": b["variant"], "criterion": b["criterion"], "dev": {str(t): d for t, d in dev.items()},
+        "chosen": chosen, "dev_ids": sorted(set().union(*ids.values())),
+    }  # fmt: skip
+
+
+def _check_disjoint(choice: dict, reported: dict[str, list[dict]]) -> None:
+    """The dev items must not be reported items: a choice made on them would be a choice made on the test."""
+    shared = set(choice["dev_ids"]) & {str(r["id"]) for recs in reported.values() for r in recs}
+    if shared:
+        raise repro.StepError(f"belief temperature: dev items {sorted(shared)} are also reported items")
+
+
+def _temperature_table(choice: dict, k: int) -> Table:
+    rows = []
+    for t, d in choice["dev"].items():
+        auc = "n/a (one class)" if d["auroc_ambiguous"] is None else f"{d['auroc_ambiguous']:.2f}"
+        rows.append([t, d["n"], d["ambiguous"], _f(d["entropy_mean"], 2), _pct(d["below_log_k"]), auc,
+                     "yes" if float(t) == choice["chosen"] else ""])  # fmt: skip
+    return Table(
+        f"BAG's belief temperature, chosen on {choice['dev_items']} dev AmbigQA items (positions "
+        f"{choice['skip'] + 1}-{choice['skip'] + choice['dev_items']} of the seeded draw, `fic bag --variant "
+        f"{choice['variant']} --skip {choice['skip']}`), never on the {choice['skip']} reported items: AUROC of the "
+        f"semantic entropy of K={k} samples for the item being ambiguous (more than one disambiguation); ties or no "
+        "AUROC: most items below ln K, then the higher temperature",
+        ["belief temperature", "dev items", "ambiguous", "entropy mean (nats)", f"below ln {k} %",
+         "AUROC entropy -> ambiguous", "chosen"], rows,
+    )  # fmt: skip
 
 
 def _keep(group: dict) -> dict:
@@ -254,8 +353,11 @@ def run(out: Path) -> Section:
     from fic.metrics import wilson_interval
 
     s = SETTINGS
-    folders = {(sc, p): _regret(out, sc, p) for sc in s["scenarios"] for p in POLICIES}
-    bags = {v: _bag(out, v) for v in s["bag_variants"]}
+    choice = _belief_temperature(out)
+    temp = choice["chosen"]
+    folders = {(sc, p): _regret(out, sc, p, temp) for sc in s["scenarios"] for p in POLICIES}
+    bags = {v: _bag(out, v, temp) for v in s["bag_variants"]}
+    _check_disjoint(choice, {v: _items(folder) for v, folder in bags.items()})
 
     summary: dict = {}
     tables: list[Table] = []
@@ -336,13 +438,16 @@ def run(out: Path) -> Section:
             _f(b["faithfulness"]["semantic_entropy_mean"], 2), _f(b["faithfulness"]["auroc_entropy_not_direct"], 2),
         ])  # fmt: skip
     summary["bag_vs_prompt_only"] = bag_summary
+    summary["belief_temperature"] = choice
     for sc in s["scenarios"]:
         faith[f"regret_first_turn/{sc}"] = faithfulness(first_turns(_records(folders[(sc, "bag")])), s["k"])
     summary["faithfulness"] = faith
+    tables.append(_temperature_table(choice, s["k"]))
     tables.append(Table(
         f"BAG against the prompt-only baseline on AmbigQA ({s['bag_items']} seeded items of dev_light, ambiguous and "
-        f"not; hidden intent drawn per item; K={s['k']} samples at T=1; a clarification is answered by the "
-        f"`{s['bag_profile']}` rule user; accuracy against the hidden intent's answers, abstentions excluded)",
+        f"not; hidden intent drawn per item; K={s['k']} samples at T={temp}, chosen on dev items; a clarification "
+        f"is answered by the `{s['bag_profile']}` rule user; accuracy against the hidden intent's answers, "
+        "abstentions excluded)",
         ["variant", "items", "accuracy % [95% CI] (correct/answered)", "accuracy % of all items",
          "accuracy % against any intent", "abstained", "routed: answer %", "clarify %", "abstain %",
          "semantic entropy (mean)", "AUROC entropy -> not direct"], bag_rows,
@@ -364,11 +469,13 @@ def run(out: Path) -> Section:
         summary=summary,
         about={
             "model": "SmolLM2-135M-Instruct (`smollm2`), fp32, CPU, as the `model` policy (greedy) and inside BAG "
-            f"(K={s['k']} samples at T=1, greedy strategy prompt); {s['max_new_tokens']} tokens per reply",
+            f"(K={s['k']} samples at T={temp}, chosen on dev items, greedy strategy prompt); "
+            f"{s['max_new_tokens']} tokens per reply",
             "data": f"products: `{s['data']['products']}` (DummyJSON catalog, up to {s['max_intents']} candidates per "
             f"episode); AmbigQA: `{s['data']['ambigqa']}` (ambiguous items with >= 2 disambiguations)",
             "sizes": f"episodes x 5 profiles: rule policies {s['rule_episodes']}, `model` {s['model_episodes']}, "
-            f"BAG/BAG+ {s['bag_episodes']} per scenario; `fic bag` {s['bag_items']} AmbigQA items per variant; "
+            f"BAG/BAG+ {s['bag_episodes']} per scenario; `fic bag` {s['bag_items']} AmbigQA items per variant, and "
+            f"{choice['dev_items']} other (dev) items per belief temperature ({', '.join(map(str, choice['grid']))}); "
             f"cost {s['cost']} per turn, at most {s['max_turns']} clarification turns",
             "seeds": str(s["seed"]),
             "simulated user": "rule-based offline user (no LLM) under five profiles (cooperative, terse, vague, "
@@ -412,6 +519,7 @@ def _text(summary: dict) -> list[str]:
         f"below {s['agree']['bag_plus']} agreement; plain BAG here takes the largest cluster, agree = 1/K = "
         f"{s['agree']['bag']}). In `fic bag` (the accuracy table) plain BAG and prompt-only answer greedily after a "
         "clarification instead.",
+        _temperature_text(summary["belief_temperature"], s["k"]),
         *_faith_text(summary["faithfulness"], s["k"]),
         *_profile_text(summary),
         "What this does not show: a 135M model on a handful of episodes (the model rows are "
@@ -421,6 +529,19 @@ def _text(summary: dict) -> list[str]:
         "measured, with no target.",
     ]
     return lines
+
+
+def _temperature_text(choice: dict, k: int) -> str:
+    """One sentence on the belief temperature and how it was chosen."""
+    chosen = choice["dev"][str(choice["chosen"])]
+    auc = chosen["auroc_ambiguous"]
+    grid = ", ".join(str(t) for t in choice["grid"])
+    return (
+        f"BAG's belief temperature is {choice['chosen']}, chosen from {grid} on {chosen['n']} dev AmbigQA items that "
+        f"are never reported (dev AUROC of the belief entropy for an ambiguous item {_f(auc, 2)}, "
+        f"{_pct(chosen['below_log_k'])}% of dev items below ln {k}; on so few items the choice is coarse); every "
+        "reported BAG run, prompt-only included, samples its belief at it."
+    )
 
 
 FEW_ITEMS = 10  # below this many items a percentile bootstrap only recombines the few at hand

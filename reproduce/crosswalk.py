@@ -147,7 +147,8 @@ CROSSWALK = (
         "without them",
         "part": "clarify",
         "fic_table": "BAG against the prompt-only baseline",
-        "differs": f"{MODEL}; 10 AmbigQA items, K=5 samples at T=1; a clarification is answered by a rule-based user",
+        "differs": f"{MODEL}; 10 AmbigQA items, K=5 samples at a belief temperature chosen from 0.3, 0.7 and 1.0 on "
+        "10 other (dev) AmbigQA items; a clarification is answered by a rule-based user",
     },
 )
 

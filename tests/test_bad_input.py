@@ -121,6 +121,13 @@ def fic_cases(f: dict[str, Path]) -> list[tuple[str, list[str], str]]:
         ("bag-missing-data", ["bag", "--model", "m", "--seed", "0", "--data", f"{MISSING}.json", "--out", out],
          MISSING),
         ("bag-bad-k", ["bag", "--model", "m", "--seed", "0", "--k", "0", "--out", out], "k"),
+        ("bag-negative-belief-temperature", ["bag", "--model", "m", "--seed", "0", "--belief-temperature", "-0.5",
+                                             "--out", out], "--belief-temperature=-0.5: need a temperature > 0"),
+        ("bag-zero-belief-temperature", ["bag", "--model", "m", "--seed", "0", "--belief-temperature", "0",
+                                         "--out", out], "--belief-temperature=0.0: need a temperature > 0"),
+        ("regret-negative-belief-temperature", ["regret", "--scenario", "products", "--policy", "bag", "--model", "m",
+                                                "--seed", "0", "--belief-temperature", "-1", "--out", out],
+         "--belief-temperature=-1.0: need a temperature > 0"),
         # build-followups
         ("followups-nothing", ["build-followups", "--out", out], "nothing to build"),
         ("followups-no-model", ["build-followups", "--contexts", good, "--out", out], "--model"),

@@ -229,3 +229,92 @@ def test_fic_bag_tiny_model_end_to_end_and_resume(shared_data, tmp_path):
     assert all(len(json.loads(x)["samples"]) == 3 for x in lines)
     assert bag.main(argv) == 0 and (out / "items.jsonl").read_text().splitlines() == lines  # nothing redone
     assert bag.main([*argv[:-1], "prompt_only"]) == 2  # other settings into the same folder: refused
+
+
+@pytest.mark.parametrize("kwargs,temperature", [({}, 1.0), ({"belief_temperature": 0.3}, 0.3)])
+def test_belief_temperature_reaches_the_model(kwargs, temperature):
+    """The belief samples (first decision and BAG+'s resampling) are drawn at `belief_temperature`, 1.0 by default;
+    the strategy prompt and nothing else stays greedy. ScriptedChatModel fails on any other temperature."""
+    question = [{"role": "user", "content": "q"}]
+    model = ScriptedChatModel([(temperature, ["Spain", "Spain"]), (0.0, ["STRATEGY: DIRECT_ANSWER\nSpain"])])
+    assert bag.bag_step(model, question, k=2, **kwargs).text == "Spain" and not model.script
+    plus = bag.bag_plus_answer(ScriptedChatModel([(temperature, ["Spain", "Spain"])]), question, k=2, **kwargs)
+    assert plus.answer == "Spain"
+    target = bag.item_episode(AMBIGUOUS, __import__("random").Random("bag|0|c1")).target
+    right = ["Spain", "Germany"][target]
+    model = ScriptedChatModel([
+        (temperature, ["Spain", "Germany"]), (0.0, ["STRATEGY: CLARIFICATION_QUESTION\nWhich year?"]),
+        (temperature, [right, right]),
+    ])  # fmt: skip
+    assert bag.run_item(model, AMBIGUOUS, "bag_plus", k=2, seed=0, **kwargs)["correct"] is True
+    assert not model.script
+
+
+@pytest.mark.parametrize("value", [0.0, -0.5, float("nan")])
+def test_belief_temperature_must_be_positive(value):
+    with pytest.raises(ValueError, match="--belief-temperature=.*need a temperature > 0"):
+        bag.sample_belief(ScriptedChatModel([]), [{"role": "user", "content": "q"}], k=2, seed=0,
+                          belief_temperature=value)  # fmt: skip
+
+
+class RecordingChatModel:
+    """A chat model for the command tests: records (n, temperature, seed) of every call; K belief samples all say
+    'Paris' and the strategy prompt answers."""
+
+    def __init__(self):
+        self.calls = []
+
+    def chat(self, conversations, n=1, temperature=0.0, seed=0, max_new_tokens=None):
+        self.calls.append((n, temperature, seed))
+        return [["Paris"] * n if n > 1 else ["STRATEGY: DIRECT_ANSWER\nParis"]]
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    model = RecordingChatModel()
+    monkeypatch.setattr(bag, "load_chat_model", lambda *args, **kwargs: model)
+    return model
+
+
+def test_fic_bag_belief_temperature_is_used_and_recorded(shared_data, tmp_path, fake_model, capsys):
+    out = tmp_path / "bag"
+    argv = ["--model", "fake", "--limit", "2", "--k", "3", "--seed", "0", "--out", str(out)]
+    assert bag.main([*argv, "--belief-temperature", "0.4"]) == 0
+    assert {t for n, t, _ in fake_model.calls if n == 3} == {0.4}  # every belief call, and only those, at 0.4
+    assert {t for n, t, _ in fake_model.calls if n == 1} == {0.0}
+    assert json.loads((out / "settings.json").read_text())["belief_temperature"] == 0.4
+    assert json.loads((out / "summary.json").read_text())["belief_temperature"] == 0.4
+    capsys.readouterr()
+    assert bag.main(argv) == 2  # the default 1.0 into a folder made at 0.4: refused, naming the setting
+    assert "belief_temperature: 0.4 -> 1.0" in capsys.readouterr().err
+    assert bag.main([*argv[:-1], str(tmp_path / "default")]) == 0
+    assert json.loads((tmp_path / "default" / "settings.json").read_text())["belief_temperature"] == 1.0
+
+
+def test_fic_bag_skip_reads_the_next_items_of_the_same_draw(shared_data, tmp_path, fake_model):
+    def run(out, *select):
+        fake_model.calls.clear()
+        assert bag.main(["--model", "fake", "--k", "2", "--seed", "3", "--out", str(tmp_path / out), *select]) == 0
+        ids = [json.loads(line)["id"] for line in (tmp_path / out / "items.jsonl").read_text().splitlines()]
+        return ids, [seed for n, _, seed in fake_model.calls if n == 2]
+
+    first, _ = run("first", "--limit", "3")
+    dev, dev_seeds = run("dev", "--skip", "3", "--limit", "4")
+    whole, whole_seeds = run("whole", "--limit", "7")
+    assert not set(first) & set(dev) and whole == first + dev
+    assert dev_seeds == whole_seeds[3:]  # an item's seed is its place in the draw, whatever --skip selected
+    assert json.loads((tmp_path / "dev" / "summary.json").read_text())["skip"] == 3
+
+
+def test_fic_regret_bag_belief_temperature(shared_data, tmp_path, monkeypatch):
+    import fic.eval.clarify.regret as regret_mod
+
+    model = RecordingChatModel()
+    monkeypatch.setattr(regret_mod, "load_chat_model", lambda *args, **kwargs: model)
+    out = tmp_path / "regret"
+    argv = ["--scenario", "products", "--policy", "bag", "--model", "fake", "--limit", "1", "--profile",
+            "cooperative", "--seed", "0", "--embedder", "none", "--k", "3", "--out", str(out)]  # fmt: skip
+    assert regret_mod.main([*argv, "--belief-temperature", "0.6"]) == 0
+    assert {t for n, t, _ in model.calls if n == 3} == {0.6}
+    assert json.loads((out / "settings.json").read_text())["belief_temperature"] == 0.6
+    assert json.loads((out / "summary.json").read_text())["belief_temperature"] == 0.6

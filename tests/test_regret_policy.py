@@ -236,6 +236,23 @@ def test_bag_plus_abstains_without_agreement():
     assert rec["final"]["act"] == "abstain" and not rec["resolved"] and rec["value"] == pytest.approx(-0.1)
 
 
+def test_bag_policy_samples_its_belief_at_the_belief_temperature():
+    """Both the first-turn belief and BAG+'s resampling reach the model at `belief_temperature` (the scripted model
+    checks every call's temperature); the strategy prompt stays greedy."""
+    model = ScriptedChatModel(
+        [
+            (0.3, ["Gamma Four", "Alpha One", "Gamma Three"]),
+            (0.0, ["STRATEGY: CLARIFICATION_QUESTION\nWhat price range are you thinking of?"]),
+            (0.3, ["Gamma Four", "gamma four", "Gamma Four!"]),
+        ]
+    )
+    policy = get_policy("bag", ProductScenario(), 0.1, 6, model=model, k=3, agree=0.7, belief_temperature=0.3)
+    rec = play(policy, phones(target=3))
+    assert not model.script and rec["resolved"]  # all three calls made, at the temperatures scripted
+    with pytest.raises(ValueError, match="--belief-temperature=0"):
+        BAGPolicy(model, belief_temperature=0.0)
+
+
 def test_get_policy_errors():
     with pytest.raises(ValueError, match="--model"):
         get_policy("bag", ProductScenario(), 0.1, 6)

@@ -1,7 +1,8 @@
 """The clarify part of `make reproduce` without models: its tables and summary.json entries from made-up
 `fic regret` episodes and `fic bag` items (the commands themselves are tested in test_regret*.py and test_bag.py).
 Checks the episode-clustered intervals (effective n = episodes), the strategy-faithfulness table
-(`clarify.faithfulness`) and the sentence on which user profiles change the rule policies' numbers."""
+(`clarify.faithfulness`), the sentence on which user profiles change the rule policies' numbers, and the belief
+temperature chosen on dev items (`clarify.belief_temperature`): dev items only, the rule, the reported runs' flag."""
 
 import json
 import math
@@ -53,26 +54,42 @@ def _regret_records(policy: str, episodes: int) -> list[dict]:
     return out
 
 
-def _bag_items(variant: str, n: int) -> list[dict]:
+# dev items' belief entropy by temperature, ambiguous and not: at 0.7 the entropy tells them apart (AUROC 1), at 0.3
+# every item agrees (AUROC 0.5, all below ln 5), at 1.0 every sample differs (ln 5 everywhere, AUROC 0.5)
+DEV_ENTROPY = {0.3: (0.0, 0.0), 0.7: (1.0, 0.2), 1.0: (math.log(5), math.log(5))}
+
+
+def _bag_items(variant: str, n: int, skip: int = 0, entropy_at: tuple | None = None) -> list[dict]:
+    """`fic bag` records of the draw positions skip .. skip + n - 1 (id = position); every third is ambiguous."""
     items = []
-    for i in range(n):
+    for i in range(skip, skip + n):
         clarify = i % 3 == 0
         entropy = math.log(5) if clarify else [0.0, 0.5][i % 2]
+        if variant != "bag":
+            entropy = math.log(5)
+        if entropy_at is not None:
+            entropy = entropy_at[0] if clarify else entropy_at[1]
         items.append({"key": str(i), "id": str(i), "ambiguous": clarify, "route": "clarify" if clarify else "answer",
-                      "semantic_entropy": entropy if variant == "bag" else math.log(5), "correct": i % 2 == 0,
-                      "correct_any": i % 2 == 0})  # fmt: skip
+                      "semantic_entropy": entropy, "correct": i % 2 == 0, "correct_any": i % 2 == 0})  # fmt: skip
     return items
 
 
-@pytest.fixture
-def clarify_part(tmp_path, monkeypatch):
+def _flag(args: list, name: str, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True):
+    """The part on made-up runs; returns (part, section, the fic commands in the order they ran)."""
     sys.modules.pop("clarify", None)
     import clarify as part
 
     from fic.eval.clarify.bag import summarize_bag
     from fic.eval.clarify.regret import summarize
 
+    calls = []
+
     def fake_fic(args, log):
+        calls.append(list(args))
         out = Path(args[args.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
         if args[0] == "regret":
@@ -81,12 +98,25 @@ def clarify_part(tmp_path, monkeypatch):
             (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             (out / "summary.json").write_text(json.dumps(summarize(records, {"policy": policy})))
         else:
-            items = _bag_items(out.name, part.SETTINGS["bag_items"])
+            variant, skip = _flag(args, "--variant"), int(_flag(args, "--skip", 0)) if honour_skip else 0
+            dev = "--skip" in args
+            temperature = float(_flag(args, "--belief-temperature", 1.0))
+            items = _bag_items(variant, int(_flag(args, "--limit")), skip, dev_entropy[temperature] if dev else None)
             (out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
-            (out / "summary.json").write_text(json.dumps(summarize_bag(items, {"variant": out.name})))
+            (out / "summary.json").write_text(json.dumps(summarize_bag(items, {"variant": variant})))
 
     monkeypatch.setattr(repro, "fic", fake_fic)
-    return part, part.run(tmp_path)
+    return part, part.run(tmp_path), calls
+
+
+@pytest.fixture
+def clarify_run(tmp_path, monkeypatch):
+    return run_part(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def clarify_part(clarify_run):
+    return clarify_run[:2]
 
 
 def test_regret_intervals_count_episodes_not_profiles(clarify_part):
@@ -132,3 +162,79 @@ def test_profile_sentence_names_the_profiles_that_change_nothing(clarify_part):
     text = " ".join(section.text)
     assert "4 of 5 profiles (cooperative, terse, contradicts_once, verbose)" in text
     assert "terse 4.0" in text and "verbose 39.0" in text and "only `vague` withholds" in text
+
+
+def test_belief_temperature_chosen_on_dev_items_only(clarify_run):
+    part, section, calls = clarify_run
+    s, grid = part.SETTINGS, part.SETTINGS["belief_temperature"]["grid"]
+    bags = [c for c in calls if c[0] == "bag"]
+    dev = [c for c in bags if "--skip" in c]
+    reported = [c for c in bags if "--skip" not in c]
+    # one dev run per grid temperature, on the dev_items items right after the reported ones, all before any
+    # reported run (the choice is made first)
+    assert sorted(float(_flag(c, "--belief-temperature")) for c in dev) == sorted(grid)
+    assert {(int(_flag(c, "--skip")), int(_flag(c, "--limit")), _flag(c, "--variant")) for c in dev} == {
+        (s["bag_items"], s["belief_temperature"]["dev_items"], "bag")
+    }
+    assert max(calls.index(c) for c in dev) < min(i for i, c in enumerate(calls) if c not in dev)
+    assert {int(_flag(c, "--limit")) for c in reported} == {s["bag_items"]}
+    choice = section.summary["belief_temperature"]
+    reported_ids = {r["id"] for v in s["bag_variants"] for r in part._items(Path(
+        _flag(next(c for c in reported if _flag(c, "--variant") == v), "--out")))}  # fmt: skip
+    assert reported_ids == {str(i) for i in range(s["bag_items"])}
+    assert set(choice["dev_ids"]) == {str(i) for i in range(10, 20)} and not set(choice["dev_ids"]) & reported_ids
+    # the highest dev AUROC wins
+    assert choice["chosen"] == 0.7 and choice["grid"] == [0.3, 0.7, 1.0]
+    assert choice["dev"]["0.7"] == {"n": 10, "ambiguous": 3, "entropy_mean": pytest.approx(0.44),
+                                    "below_log_k": 1.0, "auroc_ambiguous": 1.0}  # fmt: skip
+    assert choice["dev"]["1.0"]["auroc_ambiguous"] == 0.5 and choice["dev"]["1.0"]["below_log_k"] == 0.0
+
+
+def test_chosen_belief_temperature_reaches_every_reported_bag_run(clarify_run):
+    part, section, calls = clarify_run
+    reported = [c for c in calls if c[0] == "bag" and "--skip" not in c]
+    assert sorted(_flag(c, "--variant") for c in reported) == sorted(part.SETTINGS["bag_variants"])
+    assert {_flag(c, "--belief-temperature") for c in reported} == {0.7}  # prompt_only at the same temperature
+    regret = {Path(_flag(c, "--out")).name: c for c in calls if c[0] == "regret"}
+    for name, c in regret.items():
+        expected = 0.7 if name.split("-", 1)[1].startswith("bag") else None
+        assert _flag(c, "--belief-temperature") == expected, name
+    assert sum(_flag(c, "--belief-temperature") == 0.7 for c in regret.values()) == 4  # bag, bag_plus x 2 scenarios
+    table = next(t for t in section.tables if t.caption.startswith("BAG's belief temperature"))
+    assert "chosen on 10 dev AmbigQA items" in table.caption and "never on the 10 reported items" in table.caption
+    assert [r[0] for r in table.rows] == ["0.3", "0.7", "1.0"]
+    assert [r[-1] for r in table.rows] == ["", "yes", ""] and table.rows[1][5] == "1.00"
+    accuracy = next(t for t in section.tables if t.caption.startswith("BAG against the prompt-only"))
+    assert "samples at T=0.7, chosen on dev items" in accuracy.caption
+    assert section.tables.index(table) == section.tables.index(accuracy) - 1
+    assert "BAG's belief temperature is 0.7, chosen from 0.3, 0.7, 1.0 on 10 dev AmbigQA items" in " ".join(
+        section.text
+    )
+
+
+def test_belief_temperature_ties_go_to_more_agreement_then_the_higher_temperature(tmp_path, monkeypatch):
+    # every temperature's AUROC is 0.5; 0.3 and 0.7 both have every dev item below ln 5, 1.0 none: 0.7
+    flat = {0.3: (0.0, 0.0), 0.7: (0.0, 0.0), 1.0: (math.log(5), math.log(5))}
+    _, section, calls = run_part(tmp_path, monkeypatch, dev_entropy=flat)
+    assert section.summary["belief_temperature"]["chosen"] == 0.7
+    assert {_flag(c, "--belief-temperature") for c in calls if c[0] == "bag" and "--skip" not in c} == {0.7}
+
+
+def test_choose_temperature_rule():
+    sys.modules.pop("clarify", None)
+    import clarify as part
+
+    def d(auc, below):
+        return {"auroc_ambiguous": auc, "below_log_k": below}
+
+    assert part.choose_temperature({0.3: d(0.9, 0.1), 0.7: d(0.6, 1.0), 1.0: d(0.5, 0.0)}) == 0.3  # AUROC first
+    assert part.choose_temperature({0.3: d(0.6, 0.8), 0.7: d(0.6, 0.2), 1.0: d(0.6, 0.5)}) == 0.3  # then agreement
+    assert part.choose_temperature({0.3: d(0.6, 0.5), 0.7: d(0.6, 0.5), 1.0: d(0.2, 0.9)}) == 0.7  # then higher T
+    assert part.choose_temperature({0.3: d(None, 0.4), 0.7: d(None, 0.4), 1.0: d(None, 0.0)}) == 0.7  # no AUROC
+    # an AUROC equal up to float noise is a tie
+    assert part.choose_temperature({0.3: d(0.6, 0.9), 0.7: d(0.6 + 1e-12, 0.1)}) == 0.3
+
+
+def test_dev_items_that_are_reported_items_stop_the_part(tmp_path, monkeypatch):
+    with pytest.raises(repro.StepError, match="dev items .* are also reported items"):
+        run_part(tmp_path, monkeypatch, honour_skip=False)

@@ -1,10 +1,13 @@
 """Belief-Augmented Generation (BAG): let the model see its own uncertainty before it decides to answer, ask or abstain.
 
-1. Belief: K answers sampled at temperature 1 from the plain conversation; they are grouped into meaning clusters
+1. Belief: K answers sampled at the belief temperature (`belief_temperature`, `--belief-temperature`, default 1.0;
+   it must be > 0: at 0 the K samples would be one greedy answer repeated, entropy 0 on every item) from the plain
+   conversation; they are grouped into meaning clusters
    (a caller's key such as "which intent it names", else `fic.eval.clarify.text.cluster_answers`: each sample's
    first sentence, normalised, without lead-ins, the user's words and stop words, equal or contained as whole words)
    and their semantic entropy is recorded. Compared as whole strings, K samples almost always differ and the entropy
-   would be log K on every item.
+   would be log K on every item (on SmolLM2-135M at temperature 1 even the grouped samples all differ, so
+   `make reproduce` chooses the temperature on dev items).
 2. Strategy: a prompt lists the K samples (variant `bag`; `prompt_only` omits them) and asks for one line
    `STRATEGY: DIRECT_ANSWER | CLARIFICATION_QUESTION | ABSTAIN`, then the answer or the question. The line is parsed
    leniently (case, spaces, underscores, partial words); without one, a reply ending in '?' is a question and
@@ -13,7 +16,9 @@
    to a simulated user; abstaining ends the item. After the user's reply, `bag` and `prompt_only` answer greedily,
    `bag_plus` resamples K answers and answers when at least `agree` (0.7) of them agree, else abstains.
 
-`fic bag` runs this on AmbigQA: every item gets a hidden intent (one of its disambiguations, or the question itself
+`fic bag` runs this on AmbigQA items, a seeded draw of which it takes `--limit` after skipping the first `--skip`
+(so a `--skip N` run reads items disjoint from a `--limit N` run at the same seed; an item's seed is its position in
+the draw either way): every item gets a hidden intent (one of its disambiguations, or the question itself
 when unambiguous), correctness is against that intent's answers, abstentions are excluded from accuracy and counted.
 Metrics: accuracy, routing profile (share of answer / clarify / abstain with accuracy and share of ambiguous items
 within each), faithfulness (semantic entropy per route, and the AUROC of entropy for not answering directly).
@@ -142,9 +147,30 @@ def user_context(messages: list[dict]) -> str:
     return "\n".join(m["content"] for m in messages if m["role"] == "user")
 
 
-def sample_belief(model, messages: list[dict], k: int, seed: int, key=None, max_new_tokens: int = 48):
-    """K answers sampled at T=1 and their meaning cluster ids (`cluster_samples` with the user's turns as context)."""
-    samples = model.chat([messages], n=k, temperature=1.0, seed=seed, max_new_tokens=max_new_tokens)[0]
+def check_belief_temperature(value: float) -> float:
+    """`value` when it is a usable belief temperature (> 0), else ValueError: at 0 the K samples would be one greedy
+    answer repeated, and a negative temperature means nothing."""
+    if not value > 0:  # also NaN
+        raise ValueError(
+            f"--belief-temperature={value}: need a temperature > 0 (at 0 the K belief samples would all be the same "
+            "greedy answer)."
+        )
+    return value
+
+
+def sample_belief(
+    model,
+    messages: list[dict],
+    k: int,
+    seed: int,
+    key=None,
+    max_new_tokens: int = 48,
+    belief_temperature: float = 1.0,
+):
+    """K answers sampled at `belief_temperature` and their meaning cluster ids (`cluster_samples` with the user's
+    turns as context)."""
+    check_belief_temperature(belief_temperature)
+    samples = model.chat([messages], n=k, temperature=belief_temperature, seed=seed, max_new_tokens=max_new_tokens)[0]
     ids = cluster_samples(samples, key, user_context(messages))
     return samples, ids
 
@@ -157,9 +183,10 @@ def bag_step(
     show_samples: bool = True,
     key=None,
     max_new_tokens: int = 48,
+    belief_temperature: float = 1.0,
 ) -> BagStep:
-    """Belief (K samples at T=1), strategy prompt (with or without them), parsed decision."""
-    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens)
+    """Belief (K samples at `belief_temperature`), strategy prompt (with or without them), parsed decision."""
+    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens, belief_temperature)
     raw = model.chat(
         [strategy_messages(messages, samples if show_samples else None)], seed=seed, max_new_tokens=max_new_tokens + 16
     )[0][0]
@@ -171,10 +198,18 @@ def bag_step(
 
 
 def bag_plus_answer(
-    model, messages: list[dict], k: int = 5, seed: int = 0, agree: float = 0.7, key=None, max_new_tokens: int = 48
+    model,
+    messages: list[dict],
+    k: int = 5,
+    seed: int = 0,
+    agree: float = 0.7,
+    key=None,
+    max_new_tokens: int = 48,
+    belief_temperature: float = 1.0,
 ) -> BagPlus:
-    """BAG+: resample K answers; answer with the largest cluster when it holds >= `agree` of them, else abstain."""
-    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens)
+    """BAG+: resample K answers (at `belief_temperature`); answer with the largest cluster when it holds >= `agree`
+    of them, else abstain."""
+    samples, ids = sample_belief(model, messages, k, seed, key, max_new_tokens, belief_temperature)
     best, share = top_cluster(ids)
     answer = samples[ids.index(best)] if best >= 0 and share >= agree - 1e-9 else None
     return BagPlus(answer, share, samples, ids)
@@ -215,6 +250,7 @@ def run_item(
     profile: str = "cooperative",
     agree: float = 0.7,
     max_new_tokens: int = 48,
+    belief_temperature: float = 1.0,
 ) -> dict:
     """One AmbigQA item through BAG (`variant`: bag, prompt_only, bag_plus); returns its record."""
     scenario = AmbigQAScenario()
@@ -226,7 +262,13 @@ def run_item(
         {"role": "user", "content": item["question"]},
     ]
     step = bag_step(
-        model, messages, k=k, seed=seed, show_samples=variant != "prompt_only", max_new_tokens=max_new_tokens
+        model,
+        messages,
+        k=k,
+        seed=seed,
+        show_samples=variant != "prompt_only",
+        max_new_tokens=max_new_tokens,
+        belief_temperature=belief_temperature,
     )
     route = ROUTES[step.strategy]
     clarification, final = None, None
@@ -239,7 +281,15 @@ def run_item(
         clarification = {"question": question, "reply": reply}
         messages = [*messages, {"role": "assistant", "content": question}, {"role": "user", "content": reply}]
         if variant == "bag_plus":
-            plus = bag_plus_answer(model, messages, k=k, seed=seed + 1, agree=agree, max_new_tokens=max_new_tokens)
+            plus = bag_plus_answer(
+                model,
+                messages,
+                k=k,
+                seed=seed + 1,
+                agree=agree,
+                max_new_tokens=max_new_tokens,
+                belief_temperature=belief_temperature,
+            )
             final = plus.answer
             clarification.update({"samples": plus.samples, "agreement": plus.share})
         else:
@@ -294,7 +344,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="bag", choices=VARIANTS, help="bag, prompt_only or bag_plus")
     parser.add_argument("--k", type=int, default=5, help="samples forming the belief state")
     parser.add_argument("--agree", type=float, default=0.7, help="bag_plus: answer when this share agrees")
+    parser.add_argument(
+        "--belief-temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature of the K belief samples (> 0; bag_plus resamples at it too)",
+    )
     cli_args.add_limit_argument(parser, 100, help="AmbigQA items (a seeded sample)", aliases=("--items",))
+    parser.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="leave out the first SKIP items of the seeded sample (e.g. dev items disjoint from a --limit SKIP run)",
+    )
     parser.add_argument("--profile", default="cooperative", help="simulated user profile answering clarifications")
     cli_args.add_token_arguments(parser, 48, turn="tokens per generated reply")
     cli_args.add_seed_argument(parser, required=True)
@@ -303,21 +365,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     try:
-        if args.k < 1 or not 0 < args.agree <= 1 or args.limit < 1:
+        if args.k < 1 or not 0 < args.agree <= 1 or args.limit < 1 or args.skip < 0:
             raise ValueError(
-                f"--k={args.k} --agree={args.agree} --limit={args.limit}: need k >= 1, 0 < agree <= 1 and limit >= 1."
+                f"--k={args.k} --agree={args.agree} --limit={args.limit} --skip={args.skip}: need k >= 1, "
+                "0 < agree <= 1, limit >= 1 and skip >= 0."
             )
+        check_belief_temperature(args.belief_temperature)
         check_profile(args.profile)
         data_path = resolve_data_path("ambigqa", args.data)
         items = sorted(load_ambigqa(data_path), key=lambda it: it["id"])
         random.Random(f"bag-items/{args.seed}").shuffle(items)
-        items = items[: args.limit]
+        if args.skip >= len(items):
+            raise ValueError(f"--skip={args.skip} leaves none of the {len(items)} items of {data_path}.")
+        items = items[args.skip : args.skip + args.limit]
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        config = {
-            k: getattr(args, k)
-            for k in ("data", "model", "variant", "k", "agree", "profile", "seed", "max_new_tokens")
-        }
+        keys = ("data", "model", "variant", "k", "agree", "belief_temperature", "profile", "seed", "max_new_tokens")
+        config = {k: getattr(args, k) for k in keys}
         model = load_chat_model(args.model, backend_name(args), args.base_url, args.batch_size, args.max_batch_tokens)
         check_settings(out, config)  # last: a setup error must not pin the folder to bad settings
     except (ValueError, FicError) as err:
@@ -325,17 +389,29 @@ def run(args) -> int:
         return 2
     path = out / "items.jsonl"
     done = load_keyed(path)
-    todo = [(i, it) for i, it in enumerate(items) if str(it["id"]) not in done]
+    # an item's seed is its position in the seeded draw, so --skip only selects items and never changes one
+    todo = [(i, it) for i, it in enumerate(items, start=args.skip) if str(it["id"]) not in done]
     from tqdm.auto import tqdm  # tqdm (~40 ms): policies and regret import this module and need no progress bar
 
     for i, item in tqdm(todo, desc=f"bag {args.variant}", disable=None):
         rec = run_item(
-            model, item, args.variant, args.k, args.seed * 100_003 + i, args.profile, args.agree, args.max_new_tokens
+            model,
+            item,
+            args.variant,
+            args.k,
+            args.seed * 100_003 + i,
+            args.profile,
+            args.agree,
+            args.max_new_tokens,
+            args.belief_temperature,
         )
         append_rows(path, [rec])
         done[rec["key"]] = rec
     records = [done[str(it["id"])] for it in items]
-    header = {"variant": args.variant, "k": args.k, "seed": args.seed, "model": args.model, "data": str(data_path)}
+    header = {
+        "variant": args.variant, "k": args.k, "belief_temperature": args.belief_temperature, "skip": args.skip,
+        "seed": args.seed, "model": args.model, "data": str(data_path),
+    }  # fmt: skip
     summary = summarize_bag(records, header)
     write_json(out / "summary.json", summary)
     logger.info(

@@ -8,8 +8,9 @@ answers or abstains.
   none is left or the turn budget is spent, then answers like the reference.
 - `model`: a chat model replies freely; a `STRATEGY:` line or a reply ending in '?' is a question, otherwise an
   answer (see `fic.eval.clarify.bag.parse_strategy`).
-- `bag`: Belief-Augmented Generation: K samples form the belief, the strategy prompt shows them, the chosen act is
-  carried out; after a clarification, BAG+ (resample K; answer when >= `agree` of them agree, else abstain).
+- `bag`: Belief-Augmented Generation: K samples (at `belief_temperature`) form the belief, the strategy prompt shows
+  them, the chosen act is carried out; after a clarification, BAG+ (resample K at the same temperature; answer when
+  >= `agree` of them agree, else abstain).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fic.eval.clarify.bag import bag_plus_answer, bag_step, parse_strategy
+from fic.eval.clarify.bag import bag_plus_answer, bag_step, check_belief_temperature, parse_strategy
 from fic.eval.clarify.planner import GreedyPlanner
 from fic.eval.clarify.scenarios import Episode, Scenario
 from fic.eval.clarify.tracker import State
@@ -138,9 +139,18 @@ class BAGPolicy:
 
     name = "bag"
 
-    def __init__(self, model, k: int = 5, agree: float = 0.7, show_samples: bool = True, max_new_tokens: int = 48):
+    def __init__(
+        self,
+        model,
+        k: int = 5,
+        agree: float = 0.7,
+        show_samples: bool = True,
+        max_new_tokens: int = 48,
+        belief_temperature: float = 1.0,
+    ):
         self.model, self.k, self.agree = model, k, agree
         self.show_samples, self.max_new_tokens = show_samples, max_new_tokens
+        self.belief_temperature = check_belief_temperature(belief_temperature)
 
     def _key(self, ctx: Context):
         return lambda text: ctx.scenario.resolve(ctx.episode, text)
@@ -156,6 +166,7 @@ class BAGPolicy:
                 show_samples=self.show_samples,
                 key=self._key(ctx),
                 max_new_tokens=self.max_new_tokens,
+                belief_temperature=self.belief_temperature,
             )
             info = {
                 "strategy": step.strategy,
@@ -174,6 +185,7 @@ class BAGPolicy:
             agree=self.agree,
             key=self._key(ctx),
             max_new_tokens=self.max_new_tokens,
+            belief_temperature=self.belief_temperature,
         )
         info = {"strategy": "BAG+", "samples": plus.samples, "agreement": plus.share}
         if plus.answer is None:
@@ -190,8 +202,10 @@ def get_policy(
     k: int = 5,
     agree: float = 0.7,
     max_new_tokens: int = 64,
+    belief_temperature: float = 1.0,
 ):
-    """Build the policy `name`; `model` (a ChatModel) is required for 'model' and 'bag'."""
+    """Build the policy `name`; `model` (a ChatModel) is required for 'model' and 'bag' (`k`, `agree` and
+    `belief_temperature` are the bag policy's)."""
     if name == "reference":
         return ReferencePolicy(scenario, cost, max_turns)
     if name == "always_answer":
@@ -203,5 +217,5 @@ def get_policy(
             raise ValueError(f"--policy {name} needs --model PATH (a local checkpoint or hub id).")
         if name == "model":
             return ModelPolicy(model, max_new_tokens=max_new_tokens)
-        return BAGPolicy(model, k=k, agree=agree, max_new_tokens=max_new_tokens)
+        return BAGPolicy(model, k=k, agree=agree, max_new_tokens=max_new_tokens, belief_temperature=belief_temperature)
     raise ValueError(f"policy={name!r} is unknown; choose one of {list(POLICIES)}.")

@@ -24,6 +24,7 @@ from pathlib import Path
 from fic import cli_args, metric_names
 from fic.cli_args import backend_name
 from fic.errors import FicError
+from fic.eval.clarify.bag import check_belief_temperature
 from fic.eval.clarify.embed import get_embedder
 from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.model import load_chat_model
@@ -73,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--k", type=int, default=5, help="bag: samples forming the belief state")
     parser.add_argument("--agree", type=float, default=0.7, help="bag: BAG+ answers when this share agrees")
+    parser.add_argument(
+        "--belief-temperature",
+        type=float,
+        default=1.0,
+        help="bag: sampling temperature of the K belief samples, at the first turn and in BAG+ (> 0)",
+    )
     cli_args.add_token_arguments(parser, EvalConfig().max_new_tokens, turn="model/bag: tokens per generated reply")
 
 
@@ -93,6 +100,7 @@ def _config(args) -> dict:
         "embedder",
         "k",
         "agree",
+        "belief_temperature",
         "max_new_tokens",
     )
     return {k: getattr(args, k) for k in keys}
@@ -110,6 +118,7 @@ def _check_args(args) -> list[str]:
             f"--k={args.k} / --agree={args.agree} / --max-new-tokens={args.max_new_tokens}: need "
             "k >= 1, 0 < agree <= 1 and max-new-tokens >= 1."
         )
+    check_belief_temperature(args.belief_temperature)
     if args.policy in ("model", "bag") and not args.model:
         raise ValueError(f"--policy {args.policy} needs --model PATH (a local checkpoint or hub id).")
     if (args.user == "llm" or args.tracker == "llm") and not (args.user_model or args.model):
@@ -243,6 +252,7 @@ def run_regret(args) -> dict:
                 k=args.k,
                 agree=args.agree,
                 max_new_tokens=args.max_new_tokens,
+                belief_temperature=args.belief_temperature,
             )
         if args.user == "llm" or args.tracker == "llm":
             factory.user_model()
@@ -303,6 +313,7 @@ def run_regret(args) -> dict:
         "max_turns": args.max_turns,
         "data": str(data_path),
         "model": args.model,
+        "belief_temperature": args.belief_temperature,
     }
     summary = summarize(records, header)
     write_json(out / "summary.json", summary)

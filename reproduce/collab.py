@@ -469,8 +469,8 @@ def review_command(folder: Path) -> str:
 def calibrated_rates(out: Path, models: list[str], committed: Path | None = None) -> dict:
     """Per model: the calibrated (PPI) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
     `fic review ... --sample 30`), else from the committed `labels/followup/collab/MODEL.jsonl` (blind labels of an
-    earlier run's turns: they attach only where every labelled turn's text hashes the same in this run), or the
-    command to write them; labels are never made up here."""
+    earlier run's turns: a label attaches only where its turn's text hashes the same in this run, and at least half
+    of them must; `committed_labels`), or the command to write them; labels are never made up here."""
     committed = COMMITTED_LABELS if committed is None else committed
     from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, read_labels
     from fic.followup_summary import calibrated, row_key
@@ -480,26 +480,58 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
     for name in models:
         folder = out / f"probe_{name}"
         entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
-        labels_path = folder / LABELS_FILE
-        if not labels_path.is_file():
-            labels_path = committed / f"{name}.jsonl"
+        labels_path, changed = folder / LABELS_FILE, 0
+        rows = _rows(folder / "samples.jsonl")
+        if not labels_path.is_file() and (committed / f"{name}.jsonl").is_file():
+            entry["committed"] = str(committed / f"{name}.jsonl")
+            labels_path, changed = committed_labels(committed / f"{name}.jsonl", rows, folder)
         if not labels_path.is_file():
             result[name] = {**entry, "status": "no labels yet", "n_labels": 0}
             continue
         entry["labels"] = str(labels_path)
-        rows = _rows(folder / "samples.jsonl")
         meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
         try:
             labels = read_labels(labels_path, rows, meta.get("run_id"))
+            if changed > len(labels):
+                raise RatesError(f"{changed} of {changed + len(labels)} labelled turns differ in this run: labels of "
+                                 "another run")  # fmt: skip
         except RatesError as err:
             result[name] = {**entry, "status": f"labels not usable: {err}", "n_labels": 0}
             continue
         label_map = {row_key(r): bool(r["genuine"]) for r in labels}
         by_dataset = {d: calibrated([r for r in rows if r["dataset"] == d], label_map) for d in DATASETS}
-        result[name] = {**entry, "status": f"{len(labels)} labels", "n_labels": len(labels),
+        status = f"{len(labels)} labels" + (
+            f" ({changed} labelled turn(s) differ in this run: left out)" if changed else ""
+        )
+        result[name] = {**entry, "status": status, "n_labels": len(labels), "left_out": changed,
                         "labelled_rate": sum(label_map.values()) / len(label_map) if label_map else None,
                         "overall": calibrated(rows, label_map), "by_dataset": by_dataset}  # fmt: skip
     return result
+
+
+def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, int]:
+    """The committed labels of `path` whose turn's text hashes the same in this run's `rows`, written to
+    `folder/labels_committed.jsonl`, and how many were left out. A rerun on CPU reproduces nearly every turn, but a
+    sampled token can change in a few (float order); those labels describe another text and are not used. A line
+    that is not a label is kept, so that `read_labels` names it."""
+    from fic.eval.rates import turn_sha
+    from fic.followup_summary import row_key
+
+    texts = {row_key(r): turn_sha(r["user_turn"]) for r in rows}
+    kept, changed = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            label = json.loads(line)
+            now, then = texts.get(row_key(label)), label.get("turn_sha")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            now = then = None
+        if now is not None and then is not None and now != then:
+            changed += 1
+        elif line.strip():
+            kept.append(line)
+    out = folder / "labels_committed.jsonl"
+    out.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    return out, changed
 
 
 def _estimates(summary: dict) -> dict:

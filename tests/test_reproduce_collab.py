@@ -267,7 +267,16 @@ def test_summary_keys_floors_and_calibrated(collab_part):
               for i, r in enumerate(rows[:30])]  # fmt: skip
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
     cal = part.calibrated_rates(out, models, committed)
-    assert cal["base"]["n_labels"] == 30 and cal["base"]["labels"] == str(committed / "base.jsonl")
+    assert cal["base"]["n_labels"] == 30 and cal["base"]["committed"] == str(committed / "base.jsonl")
+    # a turn whose text changed in this run (a sampled token) loses its label; the rest attach
     labels[0]["turn_sha"] = turn_sha("another text")
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    cal = part.calibrated_rates(out, models, committed)["base"]
+    assert cal["n_labels"] == 29 and cal["left_out"] == 1 and "1 labelled turn(s) differ" in cal["status"]
+    # most turns changed: labels of another run, refused
+    for x in labels[:16]:
+        x["turn_sha"] = turn_sha("another text")
+    (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
     assert part.calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")
+    (committed / "base.jsonl").write_text("not json\n")
+    assert "not a label row" in part.calibrated_rates(out, models, committed)["base"]["status"]

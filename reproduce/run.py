@@ -58,13 +58,15 @@ def run_part(name: str, out: Path, redo: bool) -> dict:
     section: Section = module.run(part_dir)
     minutes = (time.time() - start) / 60 + _earlier_minutes(part_dir)
     record = {"title": module.TITLE, "minutes": round(minutes, 2), "section": section.to_json()}
+    write_json(part_dir / "elapsed.json", {"minutes": minutes})  # a later pass (section.json removed) adds to it
     write_json(done, record)
     logger.info("%s: finished in %.1f min", name, minutes)
     return record
 
 
 def _earlier_minutes(part_dir: Path) -> float:
-    """Wall time of interrupted earlier attempts at this part (kept in `elapsed.json` by `main`)."""
+    """Wall time of earlier attempts at this part: interrupted ones (kept in `elapsed.json` by `main`) and a finished
+    one whose section.json was removed for another pass (e.g. to pick up labels), so `minutes` is the part's total."""
     path = part_dir / "elapsed.json"
     return json.loads(path.read_text())["minutes"] if path.exists() else 0.0
 

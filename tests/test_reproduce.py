@@ -85,6 +85,19 @@ def test_one_part_alone_and_a_failing_part(tmp_path, fake_parts, capsys):
     assert "probe" in summary and "collab" in summary  # the report covers parts finished in earlier runs
 
 
+def test_another_pass_of_a_finished_part_adds_its_time(tmp_path, fake_parts):
+    """Removing a finished part's section.json (e.g. to pick up labels) runs it again; `minutes` stays its total."""
+    calls, _ = fake_parts
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
+    first = json.loads((tmp_path / "probe" / "section.json").read_text())["minutes"]
+    assert json.loads((tmp_path / "probe" / "elapsed.json").read_text())["minutes"] == pytest.approx(first, abs=0.01)
+    (tmp_path / "probe" / "elapsed.json").write_text(json.dumps({"minutes": 40.0}))  # as if the first pass took 40
+    (tmp_path / "probe" / "section.json").unlink()
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
+    assert calls["probe"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["minutes_per_part"]["probe"] >= 40.0
+
+
 def test_a_part_folder_made_with_other_settings_is_refused(tmp_path, fake_parts, capsys):
     assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
     sys.modules["probe"].SETTINGS = {"size": 2}

@@ -31,12 +31,9 @@ reported items, which is checked), and the temperature whose belief entropy best
 higher temperature) is the one every reported BAG run uses: both `fic bag` variants (prompt_only only records its
 belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The reported items never enter the choice.
 
-Time (an estimate from the code, not measured): a `fic bag` run is one process that loads SmolLM2 and, per item,
-makes one sampled call of K answers, one greedy strategy call and, after a clarification, one more greedy call. A
-dev run on `dev_items` items costs about one reported bag run; the redesign check (reproduce/results/redesign_check)
-ran the whole part, two bag runs among fourteen commands, in 3.1 minutes on 2 CPU cores, so the three dev runs
-should add roughly one to two minutes (the temperature changes what is sampled, not the number of calls; replies
-can run to the token limit at any temperature).
+Time (measured in the fresh-clone `make reproduce` of 2026-12-02, reproduce/results): each dev `fic bag` run took
+about 1.0 min (one process that loads SmolLM2; per item one sampled call of K answers, one greedy strategy call and,
+after a clarification, one more), the whole part 8.7 min on 2 CPU cores.
 
 Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
 (`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
-"""The README's `make reproduce` results table, written from the committed summaries.
+"""The README's `make reproduce` results table, written from the committed summary.
 
     python reproduce/readme_table.py
 
 prints the Markdown block that the README's "Reproducing the papers on CPU" section holds (`tests/test_readme.py`
-checks that the README contains exactly this block), so every number of that table is read from a summary:
-the probe and collab rows from `reproduce/results/probe_collab_v2/summary.json` (the rerun with nothing in the
-judge's fit), the VASD and clarify rows from `reproduce/results/summary.json` (the last run of all four parts; VASD
-and clarify use no follow-up judge). After a new `make reproduce`, copy its summaries there and paste this output
-into the README. Plain json, no torch.
+checks that the README contains exactly this block), so every number of that table is read from
+`reproduce/results/summary.json`, the last fresh-clone `make reproduce`. The reading column states an effect only
+where its 95% interval excludes 0 and otherwise says "no detectable effect at this size", with the minimum
+detectable effect where the summary has one. After a new run, copy its summary there and paste this output into
+the README. Plain json, no torch.
 """
 
 from __future__ import annotations
@@ -18,167 +18,175 @@ import math
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FULL = RESULTS / "summary.json"
-PROBE_COLLAB = RESULTS / "probe_collab_v2" / "summary.json"
-NAMES = {"gsm8k": "GSM8K", "mt_bench": "MT-Bench", "healthbench": "HealthBench", "ifeval": "IFEval"}
+SUMMARY = RESULTS / "summary.json"
+NAMES = {"gsm8k": "GSM8K", "mt_bench": "MT-Bench", "healthbench": "HealthBench", "ifbench": "IFBench",
+         "ifeval": "IFEval", "pooled": "pooled"}  # fmt: skip
+ARMS = {"real": "real follow-ups", "template_unfiltered": "template, unfiltered",
+        "template_filtered": "template, judge-filtered", "rl": "follow-up RL"}  # fmt: skip
 
 
-def _pct(rate: float) -> str:
-    return f"{100 * rate:.0f}%"
-
-
-def _pct1(rate: float) -> str:
-    return f"{100 * rate:.1f}%"
+def _rate(c: dict) -> str:
+    """`12% [5, 24]` of a rate `{rate, low, high}`."""
+    return f"{100 * c['rate']:.0f}% [{100 * c['low']:.0f}, {100 * c['high']:.0f}]"
 
 
 def _points(d: dict) -> str:
-    """`+44.4 points [+25.0, +63.9]` of a paired difference `{diff, low, high}`."""
+    """`-4.7 points [-12.0, +2.3]` of a paired difference `{diff, low, high}`."""
     return f"{100 * d['diff']:+.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
-def _span(values: list[float]) -> str:
-    low, high = 100 * min(values), 100 * max(values)
-    return f"{low:.0f}%" if round(low) == round(high) else f"{low:.0f}-{high:.0f}%"
+def _ratio(r: dict) -> str:
+    return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
 
 
-def _minutes(summary: dict, part: str) -> str:
-    return f"{summary['minutes_per_part'][part]:.1f} min"
+def detectable(d: dict) -> bool:
+    """An effect is stated only where the interval of the difference excludes 0."""
+    return d["low"] > 0 or d["high"] < 0
 
 
-def _probe(s: dict) -> str:
-    probe, details = s["probe"], s["probe_details"]
-    datasets = [d for d in NAMES if d in probe]
+def reading(d: dict) -> str:
+    """`detectable` or `no detectable effect at this size (minimum detectable effect N points)`."""
+    if detectable(d):
+        return "detectable"
+    mde = f" (minimum detectable effect {100 * d['mde']:.0f} points)" if d.get("mde") else ""
+    return f"no detectable effect at this size{mde}"
+
+
+def _minutes(s: dict, part: str) -> str:
+    return f"{s['minutes_per_part'][part]:.1f} min"
+
+
+def _probe(s: dict) -> tuple[str, str]:
+    probe = s["probe"]
+    diffs = probe["differences"]
+    datasets = [d for d in NAMES if d in probe and d != "pooled"]
     temps = sorted(probe[datasets[0]], key=float)
     cold, hot = temps[0], temps[-1]
-    greedy = [probe[d][cold]["none"] for d in datasets]
-    hottest = [probe[d][hot]["none"] for d in datasets]
-    widths = [100 * (c["high"] - c["low"]) for c in greedy + hottest]
-    items = sorted({c["n_items"] for c in greedy})
-    diffs = {d: probe["differences"][d]["temperature"] for d in datasets}
-    flat = [NAMES[d] for d in datasets if not diffs[d]["detectable"]]
-    moved = [f"{NAMES[d]} {_points(diffs[d])}" for d in datasets if diffs[d]["detectable"]]
-    changed = details["percent_changed"]
-    control = [changed[d][p][hot]["changed"] for d in datasets for p in ("truncate", "question")]
-    floor = [changed[d]["reseed"][hot]["changed"] for d in datasets]
-    text = (
-        "greedy genuine follow-up rate: " + ", ".join(f"{NAMES[d]} {_pct(c['rate'])}" for d, c in zip(datasets, greedy))
-        + f"; at T={float(hot)}: " + ", ".join(_pct(c["rate"]) for c in hottest)
-        + f" ({'/'.join(map(str, items))} items each outside the judge's fit, one turn per item and temperature; "
-        f"95% intervals {min(widths):.0f} to {max(widths):.0f} points wide). T={float(hot)} against greedy: "
+    n_items = sorted({probe[d][cold]["none"]["n_items"] for d in datasets})
+    per_item = sorted({probe[d][hot]["none"]["n"] // probe[d][hot]["none"]["n_items"] for d in datasets})
+    result = (
+        f"genuine follow-up rate at T={float(cold)}: "
+        + ", ".join(f"{NAMES[d]} {_rate(probe[d][cold]['none'])}" for d in datasets)
+        + f"; at T={float(hot)}: " + ", ".join(_rate(probe[d][hot]["none"]) for d in datasets)
+        + f" ({'/'.join(map(str, n_items))} items per dataset outside the judge's fit, 1 turn per item at T=0 and "
+        f"{'/'.join(map(str, per_item))} at T > 0). T={float(hot)} - T={float(cold)}, paired and item-clustered: "
+        + ", ".join(f"{NAMES[d]} {_points(diffs[d]['temperature'])}" for d in [*datasets, "pooled"])
+        + ". Controls at T=0, pooled: "
+        + ", ".join(f"{name.split('@')[0]} {_points(d)}" for name, d in diffs["pooled"]["controls"].items())
     )  # fmt: skip
-    parts = []
-    if flat:
-        parts.append("no detectable change on " + (", ".join(flat[:-1]) + " and " + flat[-1] if len(flat) > 1
-                                                   else flat[0]))  # fmt: skip
-    parts += moved
-    text += "; ".join(parts)
-    text += (f'. "% changed" by a control at T={float(hot)} ({_span(control)}) equals its seed floor '
-             f"({_span(floor)}): a control's text change there says nothing")  # fmt: skip
-    return text
+    moved = [d for d in [*datasets, "pooled"] if detectable(diffs[d]["temperature"])]
+    pooled = diffs["pooled"]["temperature"]
+    text = (f"temperature: {reading(pooled)} pooled" if not moved
+            else "temperature: detectable on " + ", ".join(NAMES[d] for d in moved))  # fmt: skip
+    if moved and "pooled" not in moved:
+        text += f"; pooled {reading(pooled)}"
+    controls = diffs["pooled"]["controls"]
+    moved_controls = [name.split("@")[0] for name, d in controls.items() if detectable(d)]
+    text += "; controls: " + (", ".join(moved_controls) + " detectable" if moved_controls
+                              else "no detectable effect at this size")  # fmt: skip
+    return result, text
 
 
-def _collab_sft(s: dict) -> tuple[str, str]:
+def _judge(s: dict) -> tuple[str, str]:
+    v = s["probe"]["judge_validation"]
+    j, lab = v["judge_vs_labels"]["random"], v["labeller_vs_labeller"]["random"]
+    result = (
+        f"`{s['judge']['name']}` judge vs blind labels by AI-agent annotators on {j['n']} test-split turns "
+        f"({j['n_items']} items, outside its fit): genuine kappa {j['genuine_kappa']:.2f} "
+        f"[{j['genuine_kappa_low']:.2f}, {j['genuine_kappa_high']:.2f}], label kappa {j['label_kappa']:.2f}; "
+        f"labeller vs labeller on {lab['n']} turns: genuine kappa {lab['genuine_kappa']:.2f}, label kappa "
+        f"{lab['label_kappa']:.2f}"
+    )  # fmt: skip
+    return result, "Table 7, both slices in the report"
+
+
+def _collab_row(s: dict, model: str) -> tuple[str, str]:
     c = s["collab"]
-    sft, d = c["sft"], c["differences"]["sft"]["by_dataset"]
-    floor = c["estimates"]["sft"]["healthbench"]["generic_floor"]
-    stats = c["turn_stats"]["sft"]["healthbench"]
-    data = sft.get("train_data") or {}
-    hb = d["healthbench"]
-    text = (
-        f"held-out HealthBench multi-turn ({c['heldout']['healthbench_contexts']} contexts) "
-        f"{_pct1(sft['before']['rate'])} -> {_pct1(sft['after']['rate'])}, {_points(hb)} (MT-Bench held-out, "
-        f"{c['heldout']['mt_bench_contexts']} contexts: {_points(d['mt_bench'])}); generic floor "
-        f"{_pct1(floor['rate'])}: its turns are short template-style questions (\"{stats['top_turn']}\", "
-        f"{stats['mean_words']} words, {_pct(stats['asks'])} end in \"?\") the judge also accepts after another "
-        f"context's answer. SFT data: {data['real']['kept']} real MT-Bench second turns and "
-        f"{data['template']['kept']} template follow-ups kept by the same judge"
-    )  # fmt: skip
-    met = hb["diff"] >= 0.15 and hb["detectable"]
-    return text, f"+15 points with an interval above 0: {'met' if met else 'not met'}"
-
-
-def _collab_rl(s: dict) -> tuple[str, str]:
-    c = s["collab"]
-    rl, d = c["rl"], c["differences"]["rl"]["by_dataset"]
-    hb = d["healthbench"]
-    steps = max((r["step"] for r in rl.get("reward_curve") or []), default=0)
-    reading = "" if hb["detectable"] else ": no detectable change"
-    text = (
-        f"HealthBench {_pct1(rl['before']['rate'])} -> {_pct1(rl['after']['rate'])}, {_points(hb)}{reading} "
-        f"(MT-Bench {_points(d['mt_bench'])}); reward {rl['reward_first_quarter']:.2f} -> "
-        f"{rl['reward_last_quarter']:.2f} (first -> last quarter of {steps} GRPO steps)"
-    )  # fmt: skip
-    return text, f"above base with an interval above 0: {'met' if hb['low'] > 0 else 'not met'}"
+    overall = c["differences"][model]["overall"]
+    raw = c["estimates"][model]["overall"]["raw"]
+    base = c["estimates"]["base"]["overall"]["raw"]
+    cal, cal_base = c["calibrated"][model], c["calibrated"]["base"]
+    result = (f"judge: {_rate(base)} (base) -> {_rate(raw)}, {_points(overall)} on "
+              f"{overall['n_items']} held-out contexts")  # fmt: skip
+    if cal.get("overall") and cal_base.get("overall"):
+        result += (f"; calibrated by {cal['n_labels']} blind labels: {_rate(cal_base['overall'])} (base) -> "
+                   f"{_rate(cal['overall'])}")  # fmt: skip
+    else:
+        result += f"; calibrated: {cal['status']}"
+    if model == "rl":
+        hp = c["rl"]["hyperparameters"]
+        result += f"; learning rate {hp['chosen']['learning_rate']:g} chosen on dev from {hp['grid']['learning_rate']}"
+    judge = "judge: " + ("detectable" if detectable(overall) else "no detectable effect at this size")
+    if cal.get("overall") and cal_base.get("overall"):
+        lo, hi = cal["overall"], cal_base["overall"]
+        apart = lo["low"] > hi["high"] or lo["high"] < hi["low"]
+        judge += "; calibrated intervals " + ("apart" if apart else "overlap (no detectable difference)")
+    return result, judge
 
 
 def _vasd(s: dict) -> tuple[str, str]:
-    v = s["vasd"]
-    b, a, n = v["before"], v["after"], v["n"]
-    se = 100 * math.sqrt(b["p_full"] * (1 - b["p_full"]) / n)
-    text = (
-        f"after a short single-turn SFT, `single_turn_mix` 0.5: p_sharded {b['p_sharded']:.2f} -> {a['p_sharded']:.2f} "
-        f"(recovery {v['recovery']:.2f} of p_full {b['p_full']:.2f}), p_full {b['p_full']:.2f} -> {a['p_full']:.2f}, "
-        f"p_concat {b['p_concat']:.2f} -> {a['p_concat']:.2f} on {n} test tasks, one seed; 0.5 was chosen after 0.3 "
-        "missed on the same test tasks"
+    t, a = s["vasd"]["test"], s["vasd"]["ablation"]
+    kept, ctrl = t["kept"], a["vasd_minus_self_sft"]
+    result = (
+        f"on {t['n']} test tasks never used for a choice, {len(t['seeds'])} seeds, `single_turn_mix` "
+        f"{t['single_turn_mix']:g} chosen on dev: recovery {_ratio(t['recovery']['ratio'])} of the sharded gap "
+        f"(target {t['recovery']['target']:.2f}); SHARDED {_points(t['sharded_gain'])}, FULL {_points(kept['full'])}, "
+        f"CONCAT {_points(kept['concat'])}; VASD - self-SFT (same budget) on SHARDED {_points(ctrl['sharded'])}"
     )  # fmt: skip
-    met = v["targets_met"]
-    ok = met["recovery"] and met["FULL kept"] and met["CONCAT kept"]
-    target = (f"recovery >= 92% and p_full / p_concat within 2 points: {'met' if ok else 'not met'} (one standard "
-              f"error of p_full at n={n} is {se:.1f} points)")  # fmt: skip
-    return text, target
+    met = t["recovery"]["met"]
+    text = (f"recovery target {'met' if met else 'not met'}; FULL and CONCAT "
+            + ("kept" if kept["full"]["kept"] and kept["concat"]["kept"] else "drop (interval below 0)")
+            + f"; distillation vs self-SFT: {reading(ctrl['sharded'])}")  # fmt: skip
+    return result, text
 
 
-def _clarify(s: dict) -> str:
+def _clarify(s: dict) -> tuple[str, str]:
     c = s["clarify"]
-    p, q = c["products"], c["ambigqa"]
-    bag = c["bag_vs_prompt_only"]
-    b, po = bag["bag"], bag["prompt_only"]
-    entropy = b["semantic_entropy_mean"]
-    if math.isclose(entropy, math.log(5), abs_tol=1e-6):  # K=5 samples, all different strings
-        belief = f"belief entropy {entropy:.3f} = ln 5 on every item, so its AUROC {b['auroc_entropy_not_direct']:.2f} says nothing"
-    else:
-        belief = f"mean belief entropy {entropy:.3f}, AUROC {b['auroc_entropy_not_direct']:.2f}"
-    n_ep = p["model"]["episodes"] // 5
-    return (
-        f"SmolLM2 as the policy: {p['model']['turns_mean']:.1f} / {q['model']['turns_mean']:.1f} clarification "
-        f"turns, intent resolution {_pct(p['model']['resolution_rate'])} / {_pct(q['model']['resolution_rate'])} "
-        f"(products / AmbigQA); regret {p['model']['regret']:.2f} (products) and "
-        f"{q['model']['regret']:.2f} (AmbigQA) against always-ask {p['always_ask']['regret']:.2f} / "
-        f"{q['always_ask']['regret']:.2f}, on {n_ep} episodes x 5 user profiles sharing one first turn; BAG "
-        f"{p['bag']['regret']:.2f} / {q['bag']['regret']:.2f} and BAG+ {p['bag_plus']['regret']:.2f} / "
-        f"{q['bag_plus']['regret']:.2f} on {p['bag']['episodes'] // 5} episodes; BAG vs prompt-only AmbigQA accuracy "
-        f"{b['correct']}/{b['answered']} vs {po['correct']}/{po['answered']}; {belief}"
+
+    def regret(policy: str) -> str:
+        cells = [c[scenario][policy]["clustered"]["regret"] for scenario in ("products", "ambigqa")]
+        episodes = c["products"][policy]["clustered"]["n_episodes"]
+        return (" / ".join(f"{r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" for r in cells)
+                + f" ({episodes} episodes)")  # fmt: skip
+
+    faith = c["faithfulness"]["bag_items/bag"]
+    auroc = faith["auroc_not_direct"]
+    result = (
+        f"regret (products / AmbigQA, intervals clustered by episode): SmolLM2 {regret('model')}, always-ask "
+        f"{regret('always_ask')}, BAG {regret('bag')}; BAG's belief (answer-grouped, K={faith['k']}, T="
+        f"{c['belief_temperature']['chosen']:g} chosen on dev items): mean entropy "
+        f"{faith['entropy_mean']:.3f} (ln K = {math.log(faith['k']):.3f}), {100 * faith['below_log_k']:.0f}% of "
+        f"{faith['n']} items below ln K, AUROC for not answering directly "
+        + ("n/a" if auroc["auroc"] is None else f"{auroc['auroc']:.2f} [{auroc['low']:.2f}, {auroc['high']:.2f}]")
     )  # fmt: skip
+    carries = faith["below_log_k"] > 0 and auroc["auroc"] is not None and auroc["low"] > 0.5
+    return result, ("belief carries detectable signal" if carries
+                    else "belief: no detectable signal at this size")  # fmt: skip
 
 
-def markdown(full: dict, probe_collab: dict) -> str:
-    """The README block: one sentence naming the sources, then the table."""
-    sft, sft_target = _collab_sft(probe_collab)
-    rl, rl_target = _collab_rl(probe_collab)
-    vasd, vasd_target = _vasd(full)
+def markdown(summary: dict) -> str:
+    """The README block: one sentence naming the source, then the table."""
     rows = [
-        ("probe", _probe(probe_collab), "none", _minutes(probe_collab, "probe")),
-        ("collab SFT", sft, sft_target, _minutes(probe_collab, "collab") + " with RL"),
-        ("follow-up RL", rl, rl_target, "(in collab)"),
-        ("VASD", vasd, vasd_target, _minutes(full, "vasd")),
-        ("clarify", _clarify(full), "none", _minutes(full, "clarify")),
-    ]
+        ("probe", *_probe(summary), _minutes(summary, "probe")),
+        ("judge", *_judge(summary), "(in probe)"),
+        *[(f"collab: {ARMS[m]}", *_collab_row(summary, m), _minutes(summary, "collab") if m == "real" else "(in collab)")
+          for m in ARMS],
+        ("VASD", *_vasd(summary), _minutes(summary, "vasd")),
+        ("clarify", *_clarify(summary), _minutes(summary, "clarify")),
+    ]  # fmt: skip
     lines = [
-        "Probe and collab rows from `reproduce/results/probe_collab_v2/summary.json`, VASD and clarify rows from",
-        "`reproduce/results/summary.json` (`python reproduce/readme_table.py` prints this table, `tests/test_readme.py`",
-        "checks that the README holds it):",
+        "From `reproduce/results/summary.json` (`python reproduce/readme_table.py` prints this table,",
+        "`tests/test_readme.py` checks that the README holds it); rates in %, differences in points, 95% intervals:",
         "",
-        "| part | result on SmolLM2-135M-Instruct | target | time |",
+        "| part | result on SmolLM2-135M-Instruct | read on the intervals | time |",
         "|---|---|---|---|",
-        *[f"| {part} | {result} | {target} | {time} |" for part, result, target, time in rows],
+        *[f"| {part} | {result} | {text} | {time} |" for part, result, text, time in rows],
     ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    full = json.loads(FULL.read_text(encoding="utf-8"))
-    probe_collab = json.loads(PROBE_COLLAB.read_text(encoding="utf-8"))
-    print(markdown(full, probe_collab), end="")
+    print(markdown(json.loads(SUMMARY.read_text(encoding="utf-8"))), end="")
 
 
 if __name__ == "__main__":

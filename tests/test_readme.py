@@ -46,24 +46,44 @@ def test_fic_commands_exist():
     assert not missing, f"README names fic commands that do not exist: {missing}"
 
 
-def test_reproduce_table_is_the_one_the_summaries_give():
-    """The results table of "Reproducing the papers on CPU" is `reproduce/readme_table.py`'s output, so every number
-    in it is read from reproduce/results/summary.json or reproduce/results/probe_collab_v2/summary.json."""
+def _readme_table():
     sys.path.insert(0, str(ROOT / "reproduce"))
     import readme_table
 
-    full = json.loads(readme_table.FULL.read_text())
-    probe_collab = json.loads(readme_table.PROBE_COLLAB.read_text())
-    block = readme_table.markdown(full, probe_collab)
+    return readme_table
+
+
+def test_reproduce_table_is_the_one_the_summary_gives():
+    """The results table of "Reproducing the papers on CPU" is `reproduce/readme_table.py`'s output, so every number
+    in it is read from reproduce/results/summary.json, the last fresh-clone `make reproduce`."""
+    readme_table = _readme_table()
+    summary = json.loads(readme_table.SUMMARY.read_text())
+    block = readme_table.markdown(summary)
     assert block in README, (
         "README's reproduce table differs from `python reproduce/readme_table.py`; paste its output"
     )
     section = README.split("## Reproducing the papers on CPU", 1)[1].split("\n## ", 1)[0]
     assert section.count("| part | result on SmolLM2-135M-Instruct |") == 1
     kappa = re.search(r"`learned` judge \(test-split kappa ([\d.]+)", section).group(1)
-    assert kappa == f"{probe_collab['judge']['kappa']:.2f}"
-    held = re.search(r"\((\d+) HealthBench multi-turn contexts\)", section).group(1)
-    assert int(held) == probe_collab["collab"]["heldout"]["healthbench_contexts"]
+    assert kappa == f"{summary['judge']['kappa']:.2f}"
+    held = re.search(r"\((\d+) HealthBench multi-turn\s+contexts\)", section).group(1)
+    assert int(held) == summary["collab"]["heldout"]["healthbench_contexts"]
+    minutes = re.search(r"([\d.]+) min of parts", section).group(1)
+    assert minutes == f"{summary['minutes']:.1f}"
+    for key in ("crosswalk", "probe", "collab", "vasd", "clarify"):
+        assert key in summary
+    assert {"differences"} <= set(summary["probe"]) and {"arms", "calibrated"} <= set(summary["collab"])
+    assert {"test", "ablation"} <= set(summary["vasd"]) and "faithfulness" in summary["clarify"]
+
+
+def test_the_table_states_an_effect_only_where_its_interval_excludes_zero():
+    readme_table = _readme_table()
+    assert readme_table.reading({"diff": -0.047, "low": -0.12, "high": 0.023, "mde": 0.1025}) == (
+        "no detectable effect at this size (minimum detectable effect 10 points)"
+    )
+    assert readme_table.reading({"diff": 0.2, "low": 0.0, "high": 0.4}) == "no detectable effect at this size"
+    assert readme_table.reading({"diff": 0.2, "low": 0.03, "high": 0.37}) == "detectable"
+    assert readme_table.reading({"diff": -0.24, "low": -0.33, "high": -0.16}) == "detectable"
 
 
 def test_demo_figures_are_what_make_demo_wrote():

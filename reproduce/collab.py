@@ -29,30 +29,31 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
 6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
    summary picks up `PROBE_FOLDER/labels.jsonl` (`collab.calibrated`); without labels it says so.
 
-Time (the 2-core machine; from the recorded run in reproduce/results/probe_collab_v2, collab 13.0 min: base probe
-2.4 min, SFT 3.0 min for 22 steps (7.4 s/step at max_length 320; MT-Bench batches ~17 s, GSM8K ones ~5 s) plus
-~25 s of start, data and saving, later probes 1.1-1.5 min, RL 3.4 min, GSM8K 0.5 min per model):
+Time, measured in the fresh-clone `make reproduce` of 2026-12-02 (reproduce/results; 2 cores, on a day the machine
+ran ~1.6x slower than the part-by-part check of the same code, where this part took 27 min):
 
-    base held-out probe                                   2.4
+    base held-out probe                                   4.0
     judge the template candidates (~1.9k, one process)    0.3
     base dev probe (24 contexts answered, 2 turns each)   1.3
-    grid: 2 runs x 8 steps of the mixed rows
-          (~9 s/step: a third MT-Bench) + 25 s           2 x 1.6 = 3.2
-    grid: 4 dev probes (answers copied, 2 turns each)     4 x 0.5 = 2.0
-    arms at the longest point (8 steps): real 8 x 17 s + 25 s = 2.7; templates 8 x 5.5 s + 25 s = 1.2 each
-                                                          5.1
-    held-out probes of 3 arms and RL (answers copied)     4 x 1.3 = 5.2
-    follow-up RL: 2 learning rates x 8 GRPO steps         2 x 3.4 = 6.8
-    RL dev probes (answers copied, 2 turns each)          2 x 0.5 = 1.0
-    GSM8K accuracy (base, judge-filtered arm, RL)         3 x 0.5 = 1.6
-    total                                                 28.9 min (26.9 when the grid chooses 4 steps)
+    grid: 2 runs x 8 steps of the mixed rows              3.8 + 3.9 = 7.7   (+0.1 per `--plan`, every run)
+    grid: 4 dev probes (answers copied, 2 turns each)     0.6 + 0.6 + 0.5 + 0.5 = 2.2
+    arms at the chosen point (8 steps): real 4.8, templates 2.5 and 2.6
+                                                          9.9
+    held-out probes of 3 arms and RL (answers copied)     2.0 + 1.7 + 1.7 + 2.0 = 7.4
+    follow-up RL: 2 learning rates x 8 GRPO steps         5.1 + 4.7 = 9.8
+    RL dev probes (answers copied, 2 turns each)          2 x 0.6 = 1.2
+    GSM8K accuracy (base, judge-filtered arm, RL)         0.9 + 0.5 + 0.8 = 2.2
+    total                                                 46.6 min, and 2.6 min for the second pass that picks up
+                                                          the blind labels (every step resumed)
 
-The least certain line is the MT-Bench batches at max_length 512 (the recorded 17 s/step was at 320): at 24 s/step
-the real arm takes 3.6 min and each grid run 1.9, ~26 min in all. `truncation_mode=keep_end` (deprecated in TRL,
+Training is the line that moved most against the earlier estimate (7.4 s a step at max_length 320): at max_length
+512 an MT-Bench batch of the real arm took ~33 s a step that day. `truncation_mode=keep_end` (deprecated in TRL,
 still supported) keeps every row's trained follow-up, so no arm loses rows to truncation (at keep_start and 320
-tokens the earlier SFT lost 25 of its 201 rows).
+tokens the earlier SFT lost 25 of its 201 rows). What would fit the part into ~30 min on a slow day, sizes before
+controls: one grid learning rate instead of two (-6 min), RL's two rates at 4 steps each (-5 min), GSM8K accuracy
+for the base model only (-1.3 min).
 
-Sizes dropped to stay within ~25 min (before any control): the arms hold the real arm's 35 rows (not the 176 the
+Sizes dropped for the ~25 min first planned (before any control): the arms hold the real arm's 35 rows (not the 176 the
 earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured
 for the two control arms. Each extra held-out sample per context adds ~0.25 min per model (5 models).
 """

@@ -136,19 +136,26 @@ def dev_belief(records: list[dict], k: int) -> dict:
     """A belief temperature's dev numbers from its `fic bag` items: n, ambiguous items, mean entropy, share of items
     below ln K, and the AUROC of the entropy for the item being ambiguous (AmbigQA's own label: more than one
     disambiguation; None when the dev items hold one class only)."""
-    import math
-
     from fic.metrics import auroc
 
     entropies = [float(r["semantic_entropy"]) for r in records]
     labels = [bool(r["ambiguous"]) for r in records]
-    n = len(records)
     return {
-        "n": n,
+        "n": len(records),
         "ambiguous": sum(labels),
+        **entropy_spread(entropies, k),
+        "auroc_ambiguous": auroc(entropies, labels) if records else None,
+    }
+
+
+def entropy_spread(entropies: list[float], k: int) -> dict:
+    """Mean entropy and the share of items below ln K (K samples that all differ give ln K); None without items."""
+    import math
+
+    n = len(entropies)
+    return {
         "entropy_mean": sum(entropies) / n if n else None,
         "below_log_k": sum(e < math.log(k) - 1e-9 for e in entropies) / n if n else None,
-        "auroc_ambiguous": auroc(entropies, labels) if n else None,
     }
 
 
@@ -273,8 +280,6 @@ def faithfulness(records: list[dict], k: int) -> dict:
     count, share and mean entropy; the AUROC of entropy for not answering directly with a bootstrap interval over
     items; and the share of items whose entropy is below log K (K samples that all differ give log K, and an AUROC
     over a constant is 0.5 by construction)."""
-    import math
-
     from fic.estimates import bootstrap_auroc
 
     n = len(records)
@@ -290,8 +295,7 @@ def faithfulness(records: list[dict], k: int) -> dict:
     return {
         "n": n,
         "k": k,
-        "entropy_mean": sum(entropies) / n if n else None,
-        "below_log_k": sum(e < math.log(k) - 1e-9 for e in entropies) / n if n else None,
+        **entropy_spread(entropies, k),
         "by_route": by_route,
         "auroc_not_direct": bootstrap_auroc(entropies, [r != "answer" for r in routes]),
     }

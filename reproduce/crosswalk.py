@@ -17,6 +17,9 @@ from vasd import SETTINGS as _VASD
 MODEL = "SmolLM2-135M-Instruct on 2 CPU cores"
 _VASD_STEPS = dict(o.split("=", 1) for o in _VASD["vasd"]["overrides"]).get("max_steps")
 _VASD_MIXES = " or ".join(map(str, _VASD["vasd"]["mixes"]))
+_PROBE_TEMPERATURES = ", ".join(f"{t:g}" for t in _PROBE["temperatures"]) + (
+    " (0.3 dropped for time; SCALE=gpu adds it)" if 0.3 not in _PROBE["temperatures"] else ""
+)
 _PROBE_ITEMS = (
     f"{_PROBE['limit']} items per dataset outside the judge's fit, 1 greedy turn per item at T=0 and "
     f"{_PROBE['samples']} per item at each T > 0"
@@ -74,8 +77,8 @@ CROSSWALK = (
         "part": "probe",
         "fic_table": "Table 4: genuine follow-up rate by temperature",
         "differs": f"{MODEL}; GSM8K, MT-Bench, HealthBench, IFBench (IFEval dropped for time; SCALE=gpu adds it); "
-        f"{_PROBE_ITEMS}; T in 0, 0.3, 0.7, 1.0; the T=1.0 - T=0 paired difference with its minimum detectable "
-        "effect is a separate table",
+        f"{_PROBE_ITEMS}; T in {_PROBE_TEMPERATURES}; the T=1.0 - T=0 paired difference with its minimum "
+        "detectable effect is a separate table",
     },
     {
         "paper": "probe paper",

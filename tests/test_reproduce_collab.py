@@ -164,11 +164,11 @@ def test_the_choice_reads_dev_contexts_only(collab_part):
     hp = section.summary["hyperparameters"]
     # the made-up dev numbers favour lr 1e-4 at the longest step count (the grid run's own folder)
     assert (hp["chosen"]["learning_rate"], hp["chosen"]["max_steps"]) == (1e-4, 8)
-    assert len(hp["points"]) == 4 and hp["chosen"]["score"] == pytest.approx(
+    assert len(hp["points"]) == len(part.grid_points()) and hp["chosen"]["score"] == pytest.approx(
         max(p["score"] for p in hp["points"]), abs=1e-9
     )
     grid_probes = [c for c in calls if "/grid/" in c["model"]]
-    assert len(grid_probes) == 4
+    assert len(grid_probes) == len(part.grid_points())
     dev_specs = [f"healthbench:{data / 'healthbench_singleturn_dev' / 'dev.jsonl'}",
                  f"mt_bench:{data / 'mt_bench_dev' / 'dev.jsonl'}"]  # fmt: skip
     assert all(c["datasets"] == dev_specs for c in grid_probes) and hp["dev"]["datasets"] == dev_specs
@@ -176,7 +176,8 @@ def test_the_choice_reads_dev_contexts_only(collab_part):
     # no held-out probe of a grid model, no dev probe of an arm; the grid trains on the mix only
     heldout_models = {c["model"] for c in calls if any("test.jsonl" in s for s in c["datasets"])}
     assert not any("/grid/" in m for m in heldout_models)
-    assert {t["dir"].name for t in trained if "/grid" in str(t["dir"])} == {"lr0.0001", "lr0.0003"}
+    grid_rates = part.SETTINGS["sft"]["grid"]["learning_rate"]
+    assert {t["dir"].name for t in trained if "/grid" in str(t["dir"])} == {f"lr{lr:g}" for lr in grid_rates}
     assert all("arms/mixed" in t["train_datasets"] for t in trained if "/grid" in str(t["dir"]))
     # dev, held-out and training MT-Bench / HealthBench items are disjoint
     ids = {name: {json.loads(x).get("question_id") or json.loads(x)["prompt_id"]
@@ -201,6 +202,8 @@ def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(c
     runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
     assert sorted(float(t["learning_rate"]) for t in runs) == part.SETTINGS["rl"]["grid"]["learning_rate"]
     assert [p["learning_rate"] for p in rl["points"]] == part.SETTINGS["rl"]["grid"]["learning_rate"]
+    # every RL run trains with the part's overrides of the recipe (half its steps) and the rate as the last word
+    assert all(t["max_steps"] == "4" for t in runs) and "max_steps=4" in part.SETTINGS["rl"]["overrides"]
     # scores that differ only in float order are a tie (broken toward the lower rate), so compare to 9 digits
     assert rl["chosen"]["score"] == pytest.approx(max(p["score"] for p in rl["points"]), abs=1e-9)
     rl_calls = [c for c in calls if "/rl/" in c["model"]]

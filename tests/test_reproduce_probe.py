@@ -185,14 +185,18 @@ def test_judge_validation_on_the_labels_test_split(part):
 
 
 def test_time_estimate_and_scales(part, monkeypatch):
-    """The default sizes fit the part's 22 minutes by the measured per-unit timings; SCALE=gpu is a larger set."""
-    assert part.estimated_minutes(part.SETTINGS) == pytest.approx(20.3, abs=0.05)
-    assert part.estimated_minutes(part.SETTINGS) <= 22
+    """The default sizes fit the part's 17 minutes by the measured per-unit timings; SCALE=gpu is a larger set."""
+    assert part.estimated_minutes(part.SETTINGS) == pytest.approx(16.5, abs=0.05)
+    assert part.estimated_minutes(part.SETTINGS) <= 17
+    assert part.estimated_minutes({**part.SETTINGS, "temperatures": [0.0, 0.3, 0.7, 1.0]}) == pytest.approx(
+        20.3, abs=0.05
+    )
     monkeypatch.setenv("SCALE", "gpu")
     sys.modules.pop("probe", None)
     gpu = importlib.import_module("probe")
     assert gpu.SETTINGS["scale"] == "gpu" and "ifeval" in gpu.SETTINGS["datasets"]
     assert gpu.SETTINGS["samples"] >= 3 and gpu.SETTINGS["control_temperatures"] == [0.0, 1.0]
+    assert gpu.SETTINGS["temperatures"] == [0.0, 0.3, 0.7, 1.0]
     monkeypatch.setenv("SCALE", "tpu")
     with pytest.raises(ValueError, match="SCALE='tpu'"):
         repro.scale()

@@ -39,9 +39,11 @@ def turn_sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-def read_labels(path: Path, rows: list[dict], run_id: str | None) -> list[dict]:
-    """The rows of a labels file, checked against the run: every label names a turn of `rows`, from this run."""
+def read_labels(path: Path, rows: list[dict], run_id: str | None, run_dir: Path | None = None) -> list[dict]:
+    """The rows of a labels file, checked against the run: every label names a turn of `rows`, from this run.
+    `run_dir`: the run's folder, named in the hint of an error (default: the labels file's folder)."""
     keys = {row_key(r): r for r in rows}
+    relabel = f"label this run's turns with `fic review {run_dir or path.parent} --sample N`"
     labels = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -57,10 +59,10 @@ def read_labels(path: Path, rows: list[dict], run_id: str | None) -> list[dict]:
             raise RatesError(f"{path} line {n}: genuine must be true or false, got {genuine!r}")
         if run_id and label.get("run_id") not in (None, run_id):
             raise RatesError(f"{path} line {n}: labels of another run (run_id {label['run_id']}, this run "
-                             f"{run_id}); label this run's turns with `fic review {path.parent} --sample N`")  # fmt: skip
+                             f"{run_id}); {relabel}")  # fmt: skip
         if key in keys and label.get("turn_sha") not in (None, turn_sha(keys[key]["user_turn"])):
             raise RatesError(f"{path} line {n}: the labelled turn's text differs from this run's turn {key}: labels "
-                             f"of another run; label this run's turns with `fic review {path.parent} --sample N`")  # fmt: skip
+                             f"of another run; {relabel}")  # fmt: skip
         labels.append((key, label))
     missing = [key for key, _ in labels if key not in keys]
     if missing:
@@ -89,7 +91,7 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
     labels_path = Path(labels) if labels else run_dir / LABELS_FILE
     if labels and not labels_path.is_file():
         raise RatesError(f"--labels {labels_path}: no such file")
-    label_rows = read_labels(labels_path, rows, meta.get("run_id")) if labels_path.is_file() else []
+    label_rows = read_labels(labels_path, rows, meta.get("run_id"), run_dir) if labels_path.is_file() else []
     overlap = meta.get("judge_overlap") or {}
     excluded = {tuple(item.split(":", 1)) for item in overlap.get("items", [])}
     summary = summarize(rows, meta.get("accuracy"), validity=validity, labels=label_rows, excluded=excluded)

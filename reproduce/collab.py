@@ -502,7 +502,7 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
         entry["labels"] = str(labels_path)
         meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
         try:
-            labels = read_labels(labels_path, rows, meta.get("run_id"))
+            labels = read_labels(labels_path, rows, meta.get("run_id"), folder)
             if changed > len(labels):
                 raise RatesError(f"{changed} of {changed + len(labels)} labelled turns differ in this run: labels of "
                                  "another run")  # fmt: skip

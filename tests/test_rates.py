@@ -231,8 +231,9 @@ def test_fic_rates_refuses_bad_labels_in_one_line(probed, tmp_path, capsys):
     with pytest.raises(RatesError, match="labels of another run"):
         write_rates(probed, labels=bad)
     bad.write_text(json.dumps({**key, "genuine": True, "turn_sha": "0123456789ab"}) + "\n")
-    with pytest.raises(RatesError, match="text differs from this run's turn"):
+    with pytest.raises(RatesError, match="text differs from this run's turn") as err:
         write_rates(probed, labels=bad)
+    assert f"fic review {probed} --sample N" in str(err.value)  # the run's folder, not the labels file's
     bad.write_text(json.dumps({**key, "genuine": "yes"}) + "\n")
     with pytest.raises(RatesError, match="genuine must be true or false"):
         write_rates(probed, labels=bad)

@@ -200,6 +200,8 @@ def test_review_sample_is_stratified_blind_and_feeds_fic_rates(probed):
             status, _, body = request(port, "POST", "/api/annotate", {"id": item["id"], "label": label,
                                                                       "genuine": genuine})  # fmt: skip
             assert status == 200
+            # withheld while labelling: its move after each label would tell the reader the judge's verdict
+            assert (json.loads(body)["estimate"] is None) == (i < 29)
         state = json.loads(request(port, "GET", "/api/state")[2])
     finally:
         srv.shutdown()

@@ -8,8 +8,9 @@ order and a reload resumes at the first item not yet annotated.
 Sampling. `sample=N` serves N turns drawn at random, stratified by dataset and temperature with proportional
 allocation (so the labelled turns stay a uniform sample of the run, as the prediction-powered estimate assumes); the
 draw is kept in `DIR/review/order.json` with the seed. Every annotation also goes to `DIR/labels.jsonl` (the sample's
-key fields, `genuine`, `label` and the run's id), which `fic rates DIR` reads; `state()` carries the calibrated
-estimate of the labels so far and its interval width.
+key fields, `genuine`, `label` and the run's id), which `fic rates DIR` reads. Once every item is annotated,
+`state()` carries the calibrated estimate and its interval width; not before: the calibrated rate combines the labels
+with the judge's verdicts, so its move after each label would tell the reader the judge's verdict on that turn.
 
 Saving. Annotations live in `DIR/review/annotations.json` ({id: {label, genuine, annotator, time}}), rewritten
 atomically (temp file + rename) after each one, so a crash never leaves half a file. `DIR/review/human_labels.jsonl`
@@ -125,7 +126,7 @@ class ReviewStore:
     def state(self) -> dict:
         with self._lock:
             return {"total": len(self.order), "done": len(self.annotations), "next": self._next(),
-                    "annotator": self.annotator, "labels": self.labels(), "estimate": self.estimate()}  # fmt: skip
+                    "annotator": self.annotator, "labels": self.labels(), "estimate": self._estimate_when_done()}  # fmt: skip
 
     def estimate(self) -> dict | None:
         """The calibrated (PPI++) rate of the whole run from the labels so far, beside the labels alone, with each
@@ -141,6 +142,10 @@ class ReviewStore:
         width = lambda c: c["high"] - c["low"]  # noqa: E731
         return {"n_labels": out["n_labels"], "calibrated": {**{k: out[k] for k in ("rate", "low", "high")},
                 "width": width(out)}, "labels_only": {**out["labels_only"], "width": width(out["labels_only"])}}  # fmt: skip
+
+    def _estimate_when_done(self) -> dict | None:
+        """`estimate()` once every item is annotated, else None: shown while labelling, it would unblind the reader."""
+        return self.estimate() if self._next() is None else None
 
     def _next(self) -> int | None:
         for i, key in enumerate(self.order):
@@ -175,7 +180,8 @@ class ReviewStore:
                                      "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
             write_json(self.review_dir / "annotations.json", self.annotations)
             self._write_human_labels()
-            return {"ok": True, "done": len(self.annotations), "next": self._next(), "estimate": self.estimate()}
+            return {"ok": True, "done": len(self.annotations), "next": self._next(),
+                    "estimate": self._estimate_when_done()}  # fmt: skip
 
     def _write_human_labels(self) -> None:
         """`DIR/review/human_labels.jsonl` (the judge-output format) and `DIR/labels.jsonl` (what `fic rates DIR`

@@ -101,15 +101,12 @@ def stub_judge(monkeypatch):
     monkeypatch.setattr(fic.eval.probe, "make_judge", lambda *a, **k: StubJudge())
 
 
-def wandb_records(run_dir: Path):
-    """Records of the offline wandb run file (a LevelDB-style log of protobuf records)."""
+def _parse_wandb_log(data: bytes) -> list:
+    """The protobuf records of an offline wandb run file (a LevelDB-style log)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    files = list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
-    assert len(files) == 1, files
-    data = files[0].read_bytes()
     assert data[:4] == b":W&B"
-    pos, block, buf = 7, 32768, b""
+    records, pos, block, buf = [], 7, 32768, b""
     while pos + 7 <= len(data):
         left = block - pos % block
         if left < 7:
@@ -119,12 +116,28 @@ def wandb_records(run_dir: Path):
         if kind == 0 and length == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):  # a record still being written
+            break
         chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         buf = chunk if kind in (1, 2) else buf + chunk
         if kind in (1, 4):
             record = pb.Record()
             record.ParseFromString(buf)
-            yield record
+            records.append(record)
+    return records
+
+
+def wandb_records(run_dir: Path, timeout: float = 60.0) -> list:
+    """Records of the offline wandb run file, read once its exit record is there: `wandb.finish()` can return before
+    the wandb service has flushed the file (CI once read it with no history record yet)."""
+    files = list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1, files
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _parse_wandb_log(files[0].read_bytes())
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
 
 
 def test_tiny_training_run_evaluates_every_checkpoint(tmp_path, monkeypatch, stub_judge):

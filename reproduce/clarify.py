@@ -31,9 +31,13 @@ reported items, which is checked), and the temperature whose belief entropy best
 higher temperature) is the one every reported BAG run uses: both `fic bag` variants (prompt_only only records its
 belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The reported items never enter the choice.
 
-Time (measured in the fresh-clone `make reproduce` of 2026-12-02, reproduce/results): each dev `fic bag` run took
-about 1.0 min (one process that loads SmolLM2; per item one sampled call of K answers, one greedy strategy call and,
-after a clarification, one more), the whole part 8.7 min on 2 CPU cores.
+At SCALE=cpu the choice is not rerun (`repro.chooses_in_run`): the fresh-clone run at 7eebd76 made it on the same
+dev items (AUROC 0.08, 0.50 and 0.60 at T = 0.3, 0.7 and 1.0: T=1.0) and `reproduce/dev_choices.json` records its
+dev numbers, which the report shows with that commit; SCALE=gpu reruns the grid inside the run.
+
+Time: each dev `fic bag` run took 1.3 min in the fresh-clone `make reproduce` of 2026-12-03 (one process that loads
+SmolLM2; per item one sampled call of K answers, one greedy strategy call and, after a clarification, one more), the
+whole part 10.2 min on 2 CPU cores; the recorded choice saves the 3 dev runs, 3.9 min at that speed.
 
 Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
 (`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route
@@ -172,7 +176,10 @@ def choose_temperature(dev: dict[float, dict]) -> float:
 
 
 def _belief_temperature(out: Path) -> dict:
-    """Run the dev grid and choose the belief temperature (`clarify.belief_temperature` in summary.json)."""
+    """Run the dev grid and choose the belief temperature (`clarify.belief_temperature` in summary.json); at
+    SCALE=cpu the choice recorded on the same dev items by an earlier full run (`repro.recorded_choice`)."""
+    if not repro.chooses_in_run():
+        return repro.recorded_choice("clarify_belief_temperature")
     s, b = SETTINGS, SETTINGS["belief_temperature"]
     folders = {float(t): _bag(out, b["variant"], float(t), dev=True) for t in b["grid"]}
     dev = {t: dev_belief(_items(folder), s["k"]) for t, folder in folders.items()}
@@ -198,8 +205,11 @@ def _temperature_table(choice: dict, k: int) -> Table:
         auc = "n/a (one class)" if d["auroc_ambiguous"] is None else f"{d['auroc_ambiguous']:.2f}"
         rows.append([t, d["n"], d["ambiguous"], _f(d["entropy_mean"], 2), _pct(d["below_log_k"]), auc,
                      "yes" if float(t) == choice["chosen"] else ""])  # fmt: skip
+    rec = choice.get("recorded")
+    where = (f" (made by the run at {rec['commit']} on these dev items and recorded in `{rec['file']}`; SCALE=cpu does "
+             "not rerun it)") if rec else ""  # fmt: skip
     return Table(
-        f"BAG's belief temperature, chosen on {choice['dev_items']} dev AmbigQA items (positions "
+        f"BAG's belief temperature{where}, chosen on {choice['dev_items']} dev AmbigQA items (positions "
         f"{choice['skip'] + 1}-{choice['skip'] + choice['dev_items']} of the seeded draw, `fic bag --variant "
         f"{choice['variant']} --skip {choice['skip']}`), never on the {choice['skip']} reported items: AUROC of the "
         f"semantic entropy of K={k} samples for the item being ambiguous (more than one disambiguation); ties or no "
@@ -542,7 +552,9 @@ def _temperature_text(choice: dict, k: int) -> str:
         f"are never reported (dev AUROC of the belief entropy for an ambiguous item {_f(auc, 2)}, "
         f"{_pct(chosen['below_log_k'])}% of dev items below ln {k}; on so few items the choice is coarse); every "
         "reported BAG run, prompt-only included, samples its belief at it."
-    )
+        + (f" The choice was made by the run at {rec['commit']} and is read from `{rec['file']}` (SCALE=cpu does not "
+           "rerun the dev grid, for time; SCALE=gpu does)." if (rec := choice.get("recorded")) else "")
+    )  # fmt: skip
 
 
 FEW_ITEMS = 10  # below this many items a percentile bootstrap only recombines the few at hand

@@ -4,10 +4,10 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
 
 1. Split the data (`data/`). Held out (reported, never used for a choice): HealthBench's 9 multi-turn items and 20
    MT-Bench questions (4 per category of `HELDOUT_MTB_CATEGORIES`, outside the judge's fit). Dev (used only to
-   choose the SFT learning rate and steps): the MT-Bench training questions that have no reference answer (so no
-   real conversation to train on) and are outside the judge's fit, plus `dev.healthbench_single_turn` single-turn
-   HealthBench items. Training: the rest (MT-Bench questions with reference answers, the other single-turn
-   HealthBench items, the shortest GSM8K-train items).
+   choose the SFT learning rate and steps and RL's learning rate, steps 4 and 5): the MT-Bench training questions
+   that have no reference answer (so no real conversation to train on) and are outside the judge's fit, plus
+   `dev.healthbench_single_turn` single-turn HealthBench items. Training: the rest (MT-Bench questions with
+   reference answers, the other single-turn HealthBench items, the shortest GSM8K-train items).
 2. Base probe on the held-out contexts: the base model answers each held-out context once (greedy); those answers
    are copied into every later probe's `responses.jsonl`, so every model is judged after the same answers, with the
    same judge, temperature and seeds. Every probe also judges each turn after another context's answer (the generic
@@ -21,11 +21,16 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
 4. The learning rate and steps: a grid (`sft.grid`) trained on a mix of a third of each arm's rows, each point
    probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
    minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
-   the shorter point is a checkpoint of the longer run. The held-out contexts play no part in it.
+   the shorter point is a checkpoint of the longer run. The held-out contexts play no part in it. At SCALE=gpu
+   (`CHOOSE_IN_RUN`) this runs inside the run. At SCALE=cpu, the default, it is not rerun (for time): the
+   fresh-clone run at 7eebd76 made it on the same dev contexts (1e-4, 8 steps) and `reproduce/dev_choices.json`
+   (`collab_sft`) records its numbers, which the report shows with that commit; no grid model is trained.
 5. Each arm trained at the chosen point and probed on the held-out contexts. Follow-up RL: its learning rate
    chosen the same way (`rl.grid`: one RL run per rate, each probed on the dev contexts, the highest dev rate minus
    dev generic floor wins; ties: the lower rate); the chosen run is probed on the held-out contexts and reported as
-   measured. GSM8K test accuracy of the base model.
+   measured. At SCALE=cpu only the rate recorded in `dev_choices.json` (`collab_rl`: 6e-5) is trained, in the same
+   folder with the same overrides (the model that run chose), and no RL model is probed on dev. GSM8K test accuracy
+   of the base model at SCALE=gpu only (at SCALE=cpu the probe part reports the base model's GSM8K accuracy).
 6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
    summary picks up `PROBE_FOLDER/labels.jsonl` (`collab.calibrated`); without labels it says so.
 
@@ -58,6 +63,11 @@ recipe's 8 (-4.9 min; the grid moves up to 3e-5 and 6e-5, the same learning rate
 GSM8K accuracy for the base model only (-1.3 min: base scored 0/20, so a trained model cannot show a loss there).
 Estimated at the slow day's speed: 46.6 - 11.1 = 35.5 min, plus ~2 min for the labels pass.
 
+The fresh clone of 2026-12-03 (commit 7eebd76, a slower day) took 45.5 min for this part at those sizes. SCALE=cpu
+now skips the in-run dev choices and GSM8K, at that day's speed: the base dev probe 1.5 min, the grid's training 5.1
+(with its `--plan`) and its 2 dev probes 1.5, the RL run at the rate not chosen (3e-5) 3.3 (with its `--plan`), the 2
+RL dev probes 0.8 + 0.9, GSM8K of the base model 1.3: 14.4 min, so ~31 min at that speed. SCALE=gpu runs them all.
+
 Sizes dropped for the ~25 min first planned (before any control): the arms hold the real arm's 35 rows (not the 176 the
 earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured
 for the two control arms. Each extra held-out sample per context adds ~0.25 min per model (5 models).
@@ -69,10 +79,16 @@ import hashlib
 import json
 import random
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 
 import repro
+
+SCALE = repro.scale()
+# SCALE=gpu chooses the SFT learning rate and steps and RL's learning rate on dev inside the run; SCALE=cpu reads the
+# choices the fresh-clone run at 7eebd76 made on the same dev contexts (`repro.recorded_choice`: `collab_sft`, `collab_rl`).
+CHOOSE_IN_RUN = repro.chooses_in_run()
 
 TITLE = "Collaboration post-training (Table 2): collab SFT data arms and follow-up RL, with controls"
 
@@ -86,6 +102,7 @@ NAMES = {
 
 SETTINGS = {
     "model": repro.MODEL,
+    "scale": SCALE,
     "judge": repro.JUDGE,
     "judge_version": repro.judge_version(),
     "seed": 0,
@@ -94,9 +111,10 @@ SETTINGS = {
     "dev": {"mt_bench": "training questions with no reference answer, outside the judge's fit",
             "healthbench_single_turn": 10, "samples": 2},
     "probe": {"temperatures": [0.7], "samples": 4, "max_new_tokens": 48, "response_tokens": 128, "batch_size": 32},
-    # The base model only: it scored 0/20 in the run of 2026-12-02, so no trained model can show a loss here.
+    # The base model only, at SCALE=gpu: it scored 0/20 in the run of 2026-12-02, so no trained model can show a loss
+    # here. SCALE=cpu measures none (for time; the probe part reports the base model's GSM8K accuracy).
     "gsm8k": {"limit": 20, "response_tokens": 192, "items": "the first 20 test items outside the judge's fit",
-              "models": ["base"]},
+              "models": ["base"] if SCALE == "gpu" else []},
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
     "arms": list(ARMS),
     "template_candidates": 6,
@@ -367,8 +385,62 @@ def choose(points: list[dict]) -> dict:
     return max(points, key=lambda p: (round(p["score"], 9), -p.get("max_steps", 0), -p["learning_rate"]))
 
 
+RECORDED_KEYS = {
+    "collab_sft": ("grid", "criterion", "dev", "trained_on", "points", "chosen"),
+    "collab_rl": ("grid", "criterion", "overrides", "points", "chosen"),
+}
+
+
+def recorded_choice(key: str) -> dict:
+    """The choice an earlier full run made on dev (`repro.recorded_choice`: `collab_sft` as `tune` returned it,
+    `collab_rl` as `tune_rl` did, without model paths). Refused (StepError) when a key is missing or the recorded grid
+    is not this run's, so that a stale choice is never trained."""
+    rec = repro.recorded_choice(key)
+    chosen = rec.get("chosen") if isinstance(rec.get("chosen"), dict) else {}
+    needed = ("learning_rate", "score", *(("max_steps",) if key == "collab_sft" else ()))
+    missing = [k for k in RECORDED_KEYS[key] if k not in rec] + [f"chosen.{k}" for k in needed if k not in chosen]
+    if missing:
+        raise repro.StepError(f"collab: the recorded dev choice {key!r} in {repro.DEV_CHOICES} lacks "
+                              f"{', '.join(missing)}; run with SCALE=gpu to make the choice inside the run")  # fmt: skip
+    settings = SETTINGS["sft" if key == "collab_sft" else "rl"]
+    grid = rec["grid"]
+    wrong = [f"grid {grid} (this run's: {settings['grid']})"] if grid != settings["grid"] else []
+    if key == "collab_rl" and rec["overrides"] != settings["overrides"]:
+        wrong.append(f"overrides {rec['overrides']} (this run's: {settings['overrides']})")
+    if chosen["learning_rate"] not in grid.get("learning_rate", []) or (
+        "max_steps" in chosen and chosen["max_steps"] not in grid.get("max_steps", [])
+    ):
+        wrong.append(f"chosen point {_point_key(chosen)} outside its grid {grid}")
+    if wrong:
+        raise repro.StepError(f"collab: the recorded dev choice {key!r} in {repro.DEV_CHOICES} does not apply to this "
+                              f"run: {'; '.join(wrong)}; run with SCALE=gpu to make the choice inside the run")  # fmt: skip
+    return rec
+
+
+def _point_key(point: dict) -> tuple:
+    """A grid point's identity: its learning rate and (SFT) steps; a chosen RL point also carries its model path."""
+    return point["learning_rate"], point.get("max_steps")
+
+
+def recorded_tuning(paths: dict[str, Path]) -> dict:
+    """`tune`'s result as recorded (`collab_sft`). Its dev file paths are the recorded run's (relative to its clone), so
+    they move under `recorded`; a warning if this run's dev split has other sizes than the recorded one."""
+    rec = recorded_choice("collab_sft")
+    dev = dict(rec["dev"])
+    recorded = {**rec["recorded"], "dev_datasets": dev.pop("datasets", None),
+                "note": "dev_datasets are paths of the recorded run's output folder, not of this run"}  # fmt: skip
+    ours = {d: len(_rows(paths[k])) for d, k in (("healthbench", "hb_dev"), ("mt_bench", "mtb_dev"))}
+    if ours != dev.get("contexts"):
+        print(f"warning: collab: this run's dev split has {ours} contexts, the recorded choice was made on "
+              f"{dev.get('contexts')}", file=sys.stderr, flush=True)  # fmt: skip
+    return {**rec, "dev": dev, "recorded": recorded}
+
+
 def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
-    """The grid on dev contexts (module docstring, step 4): {grid, dev, points, chosen}. Reads no held-out file."""
+    """The grid on dev contexts (module docstring, step 4): {grid, dev, points, chosen}. Reads no held-out file. At
+    SCALE=cpu (not `CHOOSE_IN_RUN`) the recorded choice (`recorded_tuning`), with nothing trained or probed."""
+    if not CHOOSE_IN_RUN:
+        return recorded_tuning(paths)
     dev = dev_specs(paths)
     base = _probe(out / "dev" / "probe_base", repro.MODEL, dev, logs / "dev_probe_base.log",
                   samples=SETTINGS["dev"]["samples"])  # fmt: skip
@@ -398,7 +470,14 @@ def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
 def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
     """Follow-up RL's learning rate on the dev contexts (module docstring, step 5): one RL run per rate of `rl.grid`
     (out/rl/lrRATE), each probed on dev after the base model's dev answers; {grid, criterion, points, chosen}, where
-    `chosen` also names the run's folder. Reads no held-out file."""
+    `chosen` also names the run's folder. Reads no held-out file. At SCALE=cpu (not `CHOOSE_IN_RUN`) only the recorded
+    choice's rate (`collab_rl`) is trained, in the same folder with the same overrides, and nothing is probed on dev."""
+    if not CHOOSE_IN_RUN:
+        rec = recorded_choice("collab_rl")
+        lr = rec["chosen"]["learning_rate"]
+        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), out / "rl" / f"lr{lr:g}",
+                       logs / f"train_rl_lr{lr:g}.log")  # fmt: skip
+        return {**rec, "chosen": {**rec["chosen"], "model": str(model)}}
     dev, points = dev_specs(paths), []
     for lr in SETTINGS["rl"]["grid"]["learning_rate"]:
         model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), out / "rl" / f"lr{lr:g}",
@@ -620,30 +699,34 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
     chosen = tuning["chosen"]
+    sft_note, rl_note = _recorded_note(tuning), _recorded_note(rl_tuning)
+    measured = bool(g["models"])  # GSM8K accuracy: SCALE=gpu only
     about = {
         "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; every SFT arm and follow-up RL start from it",
         "data": (f"held out: the {n_hb} multi-turn HealthBench items of oss_eval_first30 and {n_mtb} MT-Bench questions "
                  f"({SETTINGS['heldout']['mt_bench_per_category']} per category of "
-                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); dev (the learning rate and steps only): "
+                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); dev (the learning rate and steps only"
+                 f"{', chosen in the run at commit ' + tuning['recorded']['commit'] if sft_note else ''}): "
                  f"{tuning['dev']['contexts']['mt_bench']} MT-Bench training questions without a reference answer "
                  f"outside the judge's fit and {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items; "
                  "training: MT-Bench questions with reference answers, the other single-turn HealthBench items, "
-                 "GSM8K train; GSM8K test for accuracy"),
+                 f"GSM8K train{'; GSM8K test for accuracy' if measured else ''}"),
         "sizes": (f"each SFT arm {n_rows} rows, {chosen['max_steps']} steps at learning rate {chosen['learning_rate']:g} "
                   f"(constant), batch 8, max_length 512 (keep_end); held-out contexts end with the base model's greedy "
                   f"answer ({p['response_tokens']} tokens), shared by all models; {p['samples']} user turns of at most "
-                  f"{p['max_new_tokens']} tokens per context at T={temps}; GSM8K: first {g['limit']} test items"),
+                  f"{p['max_new_tokens']} tokens per context at T={temps}"
+                  + (f"; GSM8K: first {g['limit']} test items" if measured else "")),
         "seeds": f"seed {SETTINGS['seed']} for the split, the arms, training and sampling (one seed)",
         "judge": repro.judge_line(judge),
     }  # fmt: skip
     main = repro.Table(
-        caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}, and "
-                "GSM8K accuracy",
+        caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}"
+                + (", and GSM8K accuracy" if measured else " (GSM8K accuracy not measured at SCALE=cpu)"),
         columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
-                 f"GSM8K test accuracy (n={g['limit']})"],
+                 *([f"GSM8K test accuracy (n={g['limit']})"] if measured else [])],
         rows=[[NAMES[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
-               "not measured" if k not in acc_only or acc_only[k]["accuracy"] is None
-               else f"{100 * acc_only[k]['accuracy']:.1f}"] for k in probes],
+               *(["not measured" if k not in acc_only or acc_only[k]["accuracy"] is None
+                  else f"{100 * acc_only[k]['accuracy']:.1f}"] if measured else [])] for k in probes],
     )  # fmt: skip
     arm_table = repro.Table(
         caption=f"SFT data arms of the same budget ({n_rows} rows, {chosen['max_steps']} steps, learning rate "
@@ -673,7 +756,8 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                repro.interval_cell(e.get("generic_floor"))] for k, by in estimates.items() for d, e in by.items()],
     )  # fmt: skip
     grid = repro.Table(
-        caption=f"SFT learning rate and steps chosen on dev contexts (never the held-out ones): each grid point trained "
+        caption=f"SFT learning rate and steps chosen on dev contexts (never the held-out ones){sft_note}: each grid "
+                f"point trained "
                 f"on {tuning['trained_on']['rows']} rows (a third of each arm) and probed on the dev contexts, "
                 f"{tuning['dev']['samples']} turns per context; score = dev rate - dev generic floor (%)",
         columns=["learning rate", "steps", "dev rate", "dev generic floor", "score", "chosen"],
@@ -682,17 +766,19 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                f"{100 * tuning['dev']['base']['score']:.1f}", ""]]
              + [[f"{pt['learning_rate']:g}", pt["max_steps"], repro.rate_cell(pt["raw"]),
                  repro.interval_cell(pt["generic_floor"]), f"{100 * pt['score']:.1f}",
-                 "yes" if pt == chosen else ""] for pt in tuning["points"]],
+                 "yes" if _point_key(pt) == _point_key(chosen) else ""] for pt in tuning["points"]],
     )  # fmt: skip
     rl_chosen = rl_tuning["chosen"]
     rl_grid = repro.Table(
-        caption="Follow-up RL learning rate chosen on the same dev contexts (never the held-out ones): one RL run per "
-                f"rate (the recipe's {SETTINGS['rl_recipe']} otherwise, with {', '.join(SETTINGS['rl']['overrides'])}), "
+        caption=f"Follow-up RL learning rate chosen on the same dev contexts (never the held-out ones){rl_note}: one "
+                f"RL run per rate (the recipe's {SETTINGS['rl_recipe']} otherwise, with "
+                f"{', '.join(rl_tuning['overrides'])}), "
                 "probed on dev; score = dev rate - dev "
                 "generic floor (%)",
         columns=["learning rate", "dev rate", "dev generic floor", "score", "chosen"],
         rows=[[f"{pt['learning_rate']:g}", repro.rate_cell(pt["raw"]), repro.interval_cell(pt["generic_floor"]),
-               f"{100 * pt['score']:.1f}", "yes" if pt == rl_chosen else ""] for pt in rl_tuning["points"]],
+               f"{100 * pt['score']:.1f}", "yes" if _point_key(pt) == _point_key(rl_chosen) else ""]
+              for pt in rl_tuning["points"]],
     )  # fmt: skip
     calib = repro.Table(
         caption="Calibrated (prediction-powered) rate from blind labels of about 30 held-out turns per model (%, 95% "
@@ -764,13 +850,14 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          "source are not separable here."),
         (f"Learning rate and steps were chosen on dev contexts ({tuning['dev']['contexts']['mt_bench']} MT-Bench training "
          f"questions, {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items, none held out, none in "
-         f"the judge's fit) from the grid {SETTINGS['sft']['grid']}: {chosen['learning_rate']:g} and "
+         f"the judge's fit){sft_note} from the grid {tuning['grid']}: {chosen['learning_rate']:g} and "
          f"{chosen['max_steps']} steps (dev score {100 * chosen['score']:.1f} points; base "
          f"{100 * tuning['dev']['base']['score']:.1f}). The grid trains on a mix of a third of each arm, so no arm's "
          "data made the choice; with "
          f"{sum(tuning['dev']['contexts'].values())} dev contexts and {tuning['dev']['samples']} turns each, close "
-         "scores are within noise. Follow-up RL's learning rate was chosen the same way from "
-         f"{SETTINGS['rl']['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
+         "scores are within noise. Follow-up RL's learning rate was chosen the same way"
+         f"{' (in that run; this run trains only that rate)' if rl_note else ''} from "
+         f"{rl_tuning['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
          f"{100 * rl_chosen['score']:.1f} points); everything else is the recipe's but "
          f"{', '.join(SETTINGS['rl']['overrides'])} (half its steps, for time), and it is reported as measured."),
         (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
@@ -787,9 +874,13 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
         (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
          f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
          "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "
-         "copied into every probe; none of them is in the judge's fit. GSM8K accuracy is each model's own greedy "
-         "answer on test items outside the judge's fit, measured for the base model only: it scored 0 of 20 in the run "
-         "of 2026-12-02, so a trained model could not show a loss there (for time)."),
+         "copied into every probe; none of them is in the judge's fit. "
+         + ("GSM8K accuracy is each model's own greedy answer on test items outside the judge's fit, measured for the "
+            "base model only: it scored 0 of 20 in the run of 2026-12-02, so a trained model could not show a loss "
+            "there (for time)." if measured else
+            "GSM8K accuracy is not measured in this part at SCALE=cpu (for time): the probe part reports the base "
+            "model's GSM8K accuracy, and in the run of 2026-12-02 the base model scored 0 of 20 here, so a trained "
+            "model could not show a loss there; SCALE=gpu measures the base model's.")),
     ]  # fmt: skip
     for k in models:
         st = summary["turn_stats"][k].get("healthbench")
@@ -802,6 +893,15 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     return repro.Section(summary=summary, about=about,
                          tables=[main, arm_table, compared, floors, grid, rl_grid, calib, labels, stats, reward, shown],
                          text=text, targets=targets)  # fmt: skip
+
+
+def _recorded_note(tuning: dict) -> str:
+    """Where a recorded choice (`recorded_choice`) was made, for the report; empty for a choice made in this run."""
+    rec = tuning.get("recorded")
+    if not rec:
+        return ""
+    return (f" in the run at commit {rec['commit']} (recorded in {rec['file']}; this run trains only the chosen "
+            "point, for time; SCALE=gpu reruns the choice)")  # fmt: skip
 
 
 def _share(rate: float | None) -> str:

@@ -120,7 +120,8 @@ CROSSWALK = (
         f"instead of the paper's tasks; the task and `single_turn_mix` ({_VASD_MIXES}) chosen by a stated rule on a "
         f"dev split, results on {_VASD['eval']['test_n']} test tasks never used for a choice; "
         f"{len(_VASD['vasd']['seeds'])} seeds; {_VASD_STEPS} steps x 8 rows; adds a same-budget self-SFT control "
-        "(the model's own greedy single-turn answers as targets on the same sharded view) and paired intervals",
+        f"on {len(_VASD['vasd']['control_seeds'])} seed(s) (the model's own greedy single-turn answers as targets "
+        "on the same sharded view) and paired intervals",
     },
     {
         "paper": "Lost in Conversation",

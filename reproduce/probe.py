@@ -26,21 +26,24 @@ is (the backend decodes one row and copies it), a job at T > 0 is `samples` unit
 - T=0.7 and 1.0, unperturbed, 3 samples: 6 units; 10 units per item;
 - per item (answer + 10 x turn): GSM8K 2.90 + 10 x 0.727 = 10.17 s, MT-Bench 1.33 + 10 x 0.730 = 8.63 s,
   HealthBench 2.93 + 10 x 1.110 = 14.03 s, IFBench 0.93 + 10 x 0.433 = 5.26 s; 38.1 s per item over the 4 datasets;
-- 20 items: 20 x 38.1 = 762 s, plus 40 s fixed (two model loads and summaries, 17 s in probe_collab_v2, and
-  judging the labels' 180 test turns for Table 7) = 802 s = 13.4 min (`estimated_minutes(SETTINGS)`).
+- 15 items: 15 x 38.1 = 572 s, plus 40 s fixed (two model loads and summaries, 17 s in probe_collab_v2, and
+  judging the labels' 180 test turns for Table 7) = 612 s = 10.2 min (`estimated_minutes(SETTINGS)`).
 
 The fresh-clone `make reproduce` of 2026-12-02 ran the part with T=0.3 and 25 items (13 units per item, estimated
 20.3 min) in 20.1 min on a day the machine ran ~1.6x slower than the part-by-part check (12.2 min there). A later
 start at 25 items without T=0.3 (stopped after the sweep) took 10.0 min for the sweep alone, so the whole run would
-have ended near the 90 minutes; 5 items per dataset went too (-3 min at that speed).
+have ended near the 90 minutes; 5 items per dataset went too (-3 min at that speed). The fresh-clone run of
+2026-12-03 at 20 items took 17.7 min (sweep 11.3, controls 6.2) on a day the machine ran ~1.36x slower than the
+evening before, and the next morning a training step ran another ~1.15x slower; 5 more items went (15 per dataset:
+-4.4 min at the 17.7-min speed; the minimum detectable effect grows by sqrt(20/15) = 1.15x).
 
 This is an upper bound in one respect: at T > 0 the 3 samples of a prompt share its prefill, which the per-turn times
 (measured with 1 sample per prompt) do not credit. What each size costs, at these rates: one more item 47 s; the
-controls at T=1.0 with 3 samples (as SCALE=gpu runs them) 9 units x 3.0 s = 27 s per item, 9.0 min at 20 items;
-IFEval as a fifth dataset (0.73 + 10 x 0.433 = 5.1 s per item) 1.7 min; 30 items instead of 20, 6.4 min; T=0.3 with
-3 samples (3 units, 9.0 s per item) 3.0 min. Within the 14 minutes the part was given, these were dropped, sizes
+controls at T=1.0 with 3 samples (as SCALE=gpu runs them) 9 units x 3.0 s = 27 s per item, 6.8 min at 15 items;
+IFEval as a fifth dataset (0.73 + 10 x 0.433 = 5.1 s per item) 1.3 min; 30 items instead of 15, 9.5 min; T=0.3 with
+3 samples (3 units, 9.0 s per item) 2.3 min. Within the 14 minutes the part was given, these were dropped, sizes
 before controls: IFEval (IFBench, the probe paper's instruction-following set, has the same schema and takes its
-place), 10 of the 30 items, the sweep's middle-low point T=0.3 (Figures 1/4 are drawn at 0, 0.7 and 1.0; the
+place), 15 of the 30 items, the sweep's middle-low point T=0.3 (Figures 1/4 are drawn at 0, 0.7 and 1.0; the
 comparison the report reads, T=1 against greedy, keeps every item and sample; SCALE=gpu keeps T=0.3), and the
 controls at T=1.0, where % changed cannot show a control (its seed floor was 97-100% in probe_collab_v2: another
 seed alone changes nearly every turn). The controls stay at T=0, where the seed floor is 0 by construction.
@@ -63,7 +66,7 @@ DATASETS = {
     "ifbench": "ifbench/IFBench_test.jsonl",
 }  # fmt: skip
 SIZES = {
-    "cpu": {"datasets": ["gsm8k", "mt_bench", "healthbench", "ifbench"], "limit": 20, "samples": 3,
+    "cpu": {"datasets": ["gsm8k", "mt_bench", "healthbench", "ifbench"], "limit": 15, "samples": 3,
             "temperatures": [0.0, 0.7, 1.0], "control_temperatures": [0.0]},
     "gpu": {"datasets": ["gsm8k", "mt_bench", "healthbench", "ifeval", "ifbench"], "limit": 100, "samples": 5,
             "temperatures": [0.0, 0.3, 0.7, 1.0], "control_temperatures": [0.0, 1.0]},

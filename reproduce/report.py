@@ -27,6 +27,9 @@ def _markdown(summary: dict, records: dict[str, dict]) -> str:
     lines = ["# fic reproduction on SmolLM2-135M-Instruct", "", INTRO, "",
              f"- Model: {summary['model']}", f"- {judge_line(summary['judge'])}",
              f"- Wall time: {summary['minutes']} min ({', '.join(f'{k} {v}' for k, v in summary['minutes_per_part'].items())})"]  # fmt: skip
+    if machine := summary.get("machine"):
+        lines.append(f"- Machine speed at the start: {machine['step_seconds']} s per reference step ({machine['reference']}; "
+                     f"{machine['cpus']} CPUs): compare it across runs before comparing their minutes")  # fmt: skip
     if summary["parts_missing"]:
         lines.append(f"- Not run yet: {', '.join(summary['parts_missing'])}")
     if summary.get("crosswalk"):

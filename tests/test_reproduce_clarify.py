@@ -78,10 +78,13 @@ def _flag(args: list, name: str, default=None):
     return args[args.index(name) + 1] if name in args else default
 
 
-def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True):
-    """The part on made-up runs; returns (part, section, the fic commands in the order they ran)."""
+def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True, in_run=True):
+    """The part on made-up runs; returns (part, section, the fic commands in the order they ran). `in_run`: the belief
+    temperature is chosen inside the run (SCALE=gpu), else read from reproduce/dev_choices.json (SCALE=cpu)."""
     sys.modules.pop("clarify", None)
     import clarify as part
+
+    monkeypatch.setattr(repro, "chooses_in_run", lambda: in_run)
 
     from fic.eval.clarify.bag import summarize_bag
     from fic.eval.clarify.regret import summarize
@@ -238,3 +241,19 @@ def test_choose_temperature_rule():
 def test_dev_items_that_are_reported_items_stop_the_part(tmp_path, monkeypatch):
     with pytest.raises(repro.StepError, match="dev items .* are also reported items"):
         run_part(tmp_path, monkeypatch, honour_skip=False)
+
+
+def test_recorded_belief_temperature_runs_no_dev_grid_and_says_where_it_comes_from(tmp_path, monkeypatch):
+    """SCALE=cpu: no dev `fic bag` run; every reported BAG run samples at the recorded temperature, and the table and
+    text name the commit and file the dev numbers come from."""
+    recorded = repro.recorded_choice("clarify_belief_temperature")
+    _, section, calls = run_part(tmp_path, monkeypatch, in_run=False)
+    assert not [c for c in calls if c[0] == "bag" and "--skip" in c]
+    bag_runs = [c for c in calls if c[0] == "bag" or _flag(c, "--belief-temperature") is not None]
+    assert bag_runs and {_flag(c, "--belief-temperature") for c in bag_runs} == {recorded["chosen"]}
+    choice = section.summary["belief_temperature"]
+    assert choice["chosen"] == recorded["chosen"] and choice["recorded"]["commit"] == recorded["recorded"]["commit"]
+    table = next(t for t in section.tables if t.caption.startswith("BAG's belief temperature"))
+    assert recorded["recorded"]["commit"] in table.caption and "dev_choices.json" in table.caption
+    assert [r[-1] for r in table.rows].count("yes") == 1
+    assert f"made by the run at {recorded['recorded']['commit']}" in " ".join(section.text)

@@ -1,7 +1,9 @@
 """The collab part of `make reproduce` without models: its data arms (same size, the real arm free of held-out and dev
-items), the learning-rate/steps choice on dev contexts only, and the summary keys (`collab.arms`, the generic floor of
-every model, `collab.calibrated`) from made-up `fic probe` / `fic build-followups` / training outputs. The commands
-themselves are tested elsewhere (test_probe*.py, test_followups*.py, the trainers' tests)."""
+items), the learning-rate/steps choice on dev contexts only (SCALE=gpu, in the run) or read from
+reproduce/dev_choices.json (SCALE=cpu: nothing probed on dev, only the chosen points trained, the same models), and
+the summary keys (`collab.arms`, the generic floor of every model, `collab.calibrated`) from made-up `fic probe` /
+`fic build-followups` / training outputs. The commands themselves are tested elsewhere (test_probe*.py,
+test_followups*.py, the trainers' tests)."""
 
 import hashlib
 import json
@@ -97,11 +99,19 @@ def _fake_train(recipe: str, overrides: list[str], output_dir: Path, log: Path, 
     return output_dir
 
 
-@pytest.fixture
-def collab_part(tmp_path, monkeypatch):
+def _import_part(monkeypatch, scale: str):
+    """A fresh `collab` module at `SCALE=scale` (its SETTINGS and CHOOSE_IN_RUN are read at import)."""
+    monkeypatch.setenv("SCALE", scale)
     sys.modules.pop("collab", None)
     import collab as part
 
+    assert part.CHOOSE_IN_RUN == (scale == "gpu")
+    return part
+
+
+def _run_part(out: Path, monkeypatch, scale: str):
+    """The part run at `scale` with made-up commands: (part, section, out, probe calls, training runs, plans)."""
+    part = _import_part(monkeypatch, scale)
     calls, trained, plans = [], [], []
 
     def fake_fic(args, log):
@@ -116,9 +126,27 @@ def collab_part(tmp_path, monkeypatch):
     monkeypatch.setattr(repro, "plan", lambda recipe, overrides, log: plans.append(overrides))
     monkeypatch.setattr(repro, "train", lambda *a: _fake_train(*a, trained))
     monkeypatch.setattr(repro, "judge_about", lambda: JUDGE)
-    monkeypatch.setattr(part, "COMMITTED_LABELS", tmp_path / "no_committed_labels")  # the repo's own labels stay out
-    section = part.run(tmp_path)
-    return part, section, tmp_path, calls, trained
+    monkeypatch.setattr(part, "COMMITTED_LABELS", out / "no_committed_labels")  # the repo's own labels stay out
+    section = part.run(out)
+    return part, section, out, calls, trained, plans
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def collab_part(tmp_path, monkeypatch, request):
+    """The part at either scale: SCALE=gpu chooses on dev in the run, SCALE=cpu reads the recorded choice."""
+    return _run_part(tmp_path, monkeypatch, request.param)
+
+
+@pytest.fixture
+def collab_in_run(tmp_path, monkeypatch):
+    """SCALE=gpu: the choices made on dev inside the run (`CHOOSE_IN_RUN`)."""
+    return _run_part(tmp_path, monkeypatch, "gpu")
+
+
+@pytest.fixture
+def collab_recorded(tmp_path, monkeypatch):
+    """SCALE=cpu, the default: the choices read from reproduce/dev_choices.json."""
+    return _run_part(tmp_path, monkeypatch, "cpu")
 
 
 def _first_users(path: Path, kind: str) -> set[str]:
@@ -131,7 +159,7 @@ def _first_users(path: Path, kind: str) -> set[str]:
 def test_arms_have_the_same_size_and_the_real_arm_no_heldout_or_dev_item(collab_part):
     from fic.data.followups import first_user
 
-    part, section, out, _, trained = collab_part
+    part, section, out, _, trained, _ = collab_part
     data = out / "data"
     arms = section.summary["arms"]
     sizes = {a: len((data / "arms" / a / "train.jsonl").read_text().splitlines()) for a in (*part.ARMS, "mixed")}
@@ -158,8 +186,8 @@ def test_arms_have_the_same_size_and_the_real_arm_no_heldout_or_dev_item(collab_
         (str(chosen["learning_rate"]), str(chosen["max_steps"]))}  # fmt: skip
 
 
-def test_the_choice_reads_dev_contexts_only(collab_part):
-    part, section, out, calls, trained = collab_part
+def test_the_choice_reads_dev_contexts_only(collab_in_run):
+    part, section, out, calls, trained, _ = collab_in_run
     data = out / "data"
     hp = section.summary["hyperparameters"]
     # the made-up dev numbers favour lr 1e-4 at the longest step count (the grid run's own folder)
@@ -196,8 +224,8 @@ def test_the_choice_reads_dev_contexts_only(collab_part):
     assert not any(prompt_hash([{"role": "user", "content": r["turns"][0]}]) in fitted for r in dev_rows)
 
 
-def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(collab_part):
-    part, section, out, calls, trained = collab_part
+def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(collab_in_run):
+    part, section, out, calls, trained, _ = collab_in_run
     rl = section.summary["rl"]["hyperparameters"]
     runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
     assert sorted(float(t["learning_rate"]) for t in runs) == part.SETTINGS["rl"]["grid"]["learning_rate"]
@@ -211,6 +239,11 @@ def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(c
     held = [c for c in rl_calls if any("test.jsonl" in s and "gsm8k" not in s for s in c["datasets"])]
     assert len(dev) == 2 and [c["model"] for c in held] == [rl["chosen"]["model"]]
     assert any(t.caption.startswith("Follow-up RL learning rate chosen") for t in section.tables)
+    assert "recorded" not in rl and "recorded" not in section.summary["hyperparameters"]
+    # GSM8K accuracy of the base model at SCALE=gpu, in the summary and the main table
+    assert [c["model"] for c in calls if "gsm8k" in c["out"].name] == [repro.MODEL]
+    assert section.summary["sft"]["gsm8k_accuracy"]["before"]["accuracy"] == 0.1
+    assert section.tables[0].columns[-1].startswith("GSM8K test accuracy")
 
 
 def test_choose_breaks_ties_toward_fewer_steps_and_the_lower_rate():
@@ -225,7 +258,7 @@ def test_choose_breaks_ties_toward_fewer_steps_and_the_lower_rate():
 
 
 def test_summary_keys_floors_and_calibrated(collab_part):
-    part, section, out, _, _ = collab_part
+    part, section, out, _, _, _ = collab_part
     s = section.summary
     models = ["base", *part.ARMS, "rl"]
     for arm in part.ARMS:
@@ -286,3 +319,132 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     assert part.calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")
     (committed / "base.jsonl").write_text("not json\n")
     assert "not a label row" in part.calibrated_rates(out, models, committed)["base"]["status"]
+
+
+def _recorded_file() -> dict:
+    return json.loads((ROOT / "reproduce" / "dev_choices.json").read_text())
+
+
+def test_recorded_choice_probes_nothing_on_dev_and_trains_no_grid(collab_recorded):
+    part, section, out, calls, trained, plans = collab_recorded
+    rec = _recorded_file()
+    # no dev probe at all (base, grid or RL), no grid model trained or planned
+    assert not [c for c in calls if any("dev.jsonl" in s for s in c["datasets"])]
+    assert not (out / "dev").exists()
+    assert not [t for t in trained if "grid" in t["dir"].parts] and not (out / "grid").exists()
+    assert not [p for p in plans if any("arms/mixed" in o for o in p)]
+    # only the held-out probes: base, the 3 arms, RL (no GSM8K at SCALE=cpu)
+    assert sorted(c["out"].name for c in calls) == sorted(f"probe_{k}" for k in ("base", *part.ARMS, "rl"))
+    # the returned choice is the recorded one, named with its commit and file; the old clone's paths moved aside
+    hp = section.summary["hyperparameters"]
+    assert hp["recorded"]["commit"] == rec["commit"] == "7eebd76"
+    assert hp["recorded"]["file"] == "reproduce/dev_choices.json"
+    assert hp["chosen"] == rec["collab_sft"]["chosen"] and hp["points"] == rec["collab_sft"]["points"]
+    assert "datasets" not in hp["dev"] and hp["recorded"]["dev_datasets"] == rec["collab_sft"]["dev"]["datasets"]
+    assert hp["dev"]["base"] == rec["collab_sft"]["dev"]["base"]
+
+
+def test_recorded_choice_trains_the_arms_and_one_rl_run_at_the_recorded_points(collab_recorded):
+    part, section, out, calls, trained, plans = collab_recorded
+    rec = _recorded_file()
+    sft, rl = rec["collab_sft"]["chosen"], rec["collab_rl"]["chosen"]
+    arm_runs = [t for t in trained if t["dir"].name.startswith("sft_")]
+    assert sorted(t["dir"].name for t in arm_runs) == sorted(f"sft_{a}" for a in part.ARMS)
+    assert {(t["learning_rate"], t["max_steps"]) for t in arm_runs} == {
+        (str(sft["learning_rate"]), str(sft["max_steps"]))
+    }
+    assert (sft["learning_rate"], sft["max_steps"]) == (1e-4, 8)
+    assert all(section.summary["arms"][a]["train"]["learning_rate"] == 1e-4 for a in part.ARMS)
+    # exactly one RL run: the recorded rate, in the folder and with the overrides the in-run choice uses
+    runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    assert len(runs) == 1 and runs[0]["dir"] == out / "rl" / f"lr{rl['learning_rate']:g}"
+    assert float(runs[0]["learning_rate"]) == rl["learning_rate"] == 6e-5 and runs[0]["max_steps"] == "4"
+    paths = {k: out / "data" / v for k, v in (("hb_test", "healthbench_multiturn/test.jsonl"),
+             ("mtb_test", "mt_bench_heldout/test.jsonl"), ("gsm8k_train", "gsm8k_short/train.jsonl"))}  # fmt: skip
+    assert part.rl_overrides(paths, rl["learning_rate"]) in plans
+    # the held-out RL probe is that run, and the summary names it
+    hp = section.summary["rl"]["hyperparameters"]
+    assert hp["chosen"]["model"] == str(runs[0]["dir"]) and hp["recorded"]["commit"] == "7eebd76"
+    assert [c["model"] for c in calls if "/rl/" in c["model"]] == [hp["chosen"]["model"]]
+    assert {k: v for k, v in hp["chosen"].items() if k != "model"} == rl
+    assert hp["grid"] == rec["collab_rl"]["grid"] and hp["points"] == rec["collab_rl"]["points"]
+
+
+def test_recorded_mode_trains_the_same_models_as_the_in_run_choice(tmp_path, monkeypatch):
+    """At the same points, SCALE=cpu trains with the same recipe, folder and overrides as SCALE=gpu: the same models."""
+
+    def runs(scale):
+        out = tmp_path / scale / "collab"
+        _, _, _, _, trained, _ = _run_part(out, monkeypatch, scale)
+        return {t["dir"].relative_to(out): {k: str(v).replace(str(out), "OUT") for k, v in t.items() if k != "dir"}
+                for t in trained}  # fmt: skip
+
+    gpu, cpu = runs("gpu"), runs("cpu")
+    assert set(cpu) == {Path(f"sft_{a}") for a in ("real", "template_unfiltered", "template_filtered")} | {
+        Path("rl/lr6e-05")}  # fmt: skip
+    assert set(cpu) < set(gpu) and all(cpu[k] == gpu[k] for k in cpu)
+
+
+def test_recorded_choice_in_the_report(collab_recorded):
+    part, section, out, calls, trained, _ = collab_recorded
+    s = section.summary
+    assert s["hyperparameters"]["chosen"]["learning_rate"] == 1e-4 and s["rl"]["hyperparameters"]["chosen"]
+    text = " ".join(section.text)
+    para = next(t for t in section.text if t.startswith("Learning rate and steps were chosen on dev contexts"))
+    assert "in the run at commit 7eebd76 (recorded in reproduce/dev_choices.json" in para
+    assert "this run trains only the chosen point" in para and "SCALE=gpu reruns the choice" in para
+    assert "RL's learning rate was chosen the same way (in that run; this run trains only that rate)" in para
+    grid = next(t for t in section.tables if t.caption.startswith("SFT learning rate and steps chosen on dev"))
+    rl_grid = next(t for t in section.tables if t.caption.startswith("Follow-up RL learning rate chosen"))
+    assert all("commit 7eebd76" in t.caption and "trains only the chosen point" in t.caption for t in (grid, rl_grid))
+    # the chosen rows are marked by learning rate and steps (the RL choice carries a model path, its points do not)
+    assert [(r[0], r[1]) for r in grid.rows if r[-1] == "yes"] == [("0.0001", 8)]
+    assert [r[0] for r in rl_grid.rows if r[-1] == "yes"] == ["6e-05"]
+    # no GSM8K step: no probe, an empty accuracy, None in the summary, and the text says where it is measured
+    assert not [c for c in calls if "gsm8k" in c["out"].name] and part.SETTINGS["gsm8k"]["models"] == []
+    assert s["gsm8k_accuracy"] == {} and s["sft"]["gsm8k_accuracy"] == {"before": None, "after": None}
+    assert s["rl"]["gsm8k_accuracy"] == {"before": None, "after": None}
+    assert "GSM8K accuracy is not measured in this part at SCALE=cpu" in text and "probe part" in text
+    assert not any("GSM8K" in c for c in section.tables[0].columns)
+    assert "chosen in the run at commit 7eebd76" in section.about["data"]
+    assert str(out) not in json.dumps(s["hyperparameters"]["recorded"]["dev_datasets"])
+
+
+def _write_choices(path: Path, edit) -> Path:
+    data = _recorded_file()
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.pop("collab_rl"), "'collab_rl': cannot read it"),
+        (lambda d: d["collab_rl"].pop("overrides"), "lacks overrides"),
+        (lambda d: d["collab_rl"]["chosen"].pop("learning_rate"), "chosen.learning_rate"),
+        (lambda d: d.pop("commit"), "cannot read it"),
+        (lambda d: d["collab_rl"]["chosen"].update(learning_rate=1e-5), "outside its grid"),
+        (lambda d: d["collab_rl"].update(overrides=["max_steps=8"]), "overrides ['max_steps=8']"),
+        (lambda d: d["collab_rl"]["grid"].update(learning_rate=[1e-5, 6e-5]), "this run's: {'learning_rate'"),
+    ],
+)
+def test_recorded_choice_refuses_a_missing_key_or_another_grid(tmp_path, monkeypatch, edit, message):
+    part = _import_part(monkeypatch, "cpu")
+    assert part.recorded_choice("collab_rl")["chosen"]["learning_rate"] == 6e-5  # the committed file is usable
+    monkeypatch.setattr(repro, "DEV_CHOICES", _write_choices(tmp_path / "dev_choices.json", edit))
+    with pytest.raises(repro.StepError, match="SCALE=gpu") as err:
+        part.recorded_choice("collab_rl")
+    assert message in str(err.value)
+
+
+def test_recorded_sft_choice_refuses_another_grid(tmp_path, monkeypatch):
+    part = _import_part(monkeypatch, "cpu")
+    monkeypatch.setattr(repro, "DEV_CHOICES", _write_choices(
+        tmp_path / "dev_choices.json", lambda d: d["collab_sft"]["chosen"].update(max_steps=6)))  # fmt: skip
+    with pytest.raises(repro.StepError, match="outside its grid"):
+        part.recorded_choice("collab_sft")
+    monkeypatch.setattr(repro, "DEV_CHOICES", ROOT / "reproduce" / "dev_choices.json")
+    monkeypatch.setitem(part.SETTINGS["sft"], "grid", {"learning_rate": [1e-4, 3e-4], "max_steps": [4, 8]})
+    with pytest.raises(repro.StepError, match=r"this run's: \{'learning_rate': \[0.0001, 0.0003\]"):
+        part.recorded_choice("collab_sft")

@@ -186,7 +186,7 @@ def test_judge_validation_on_the_labels_test_split(part):
 
 def test_time_estimate_and_scales(part, monkeypatch):
     """The default sizes fit the part's 14 minutes by the measured per-unit timings; SCALE=gpu is a larger set."""
-    assert part.estimated_minutes(part.SETTINGS) == pytest.approx(13.4, abs=0.05)
+    assert part.estimated_minutes(part.SETTINGS) == pytest.approx(10.2, abs=0.05)
     assert part.estimated_minutes(part.SETTINGS) <= 14
     before = {**part.SETTINGS, "limit": 25, "temperatures": [0.0, 0.3, 0.7, 1.0]}  # the sizes of the 2026-12-02 run
     assert part.estimated_minutes(before) == pytest.approx(20.3, abs=0.05)

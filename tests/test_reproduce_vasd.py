@@ -2,7 +2,8 @@
 `fic lic` episodes and stand-in training runs (`fic lic` and the VASD trainer are tested in test_lic.py and
 test_vasd*.py). Checks that no test task feeds a choice (task, `single_turn_mix`), that the choices follow their rules
 from the dev numbers, the keys `test` / `ablation` with `{diff, low, high, p}`, the seed aggregation, and that the
-control differs from VASD only in its loss."""
+control differs from VASD only in its loss. The choice of `single_turn_mix` inside the run (SCALE=gpu, `CHOOSE_IN_RUN`)
+and the recorded choice of SCALE=cpu (reproduce/dev_choices.json, the control at seed 0 only) are both run."""
 
 import hashlib
 import json
@@ -48,11 +49,26 @@ def _p(model: str, task_id: str, mode: str) -> float:
     return p
 
 
-@pytest.fixture
-def vasd_part(tmp_path, monkeypatch):
-    sys.modules.pop("vasd", None)
+def _import_part(monkeypatch, scale: str = "cpu"):
+    """reproduce/vasd.py imported afresh at `scale`; the module imported before the test is back afterwards."""
+    monkeypatch.setenv("SCALE", scale)
+    monkeypatch.setitem(sys.modules, "vasd", None)  # records what to restore
+    del sys.modules["vasd"]
     import vasd as part
 
+    return part
+
+
+def run_part(tmp_path, monkeypatch, in_run: bool, control_seeds=None, recorded=None):
+    """The part with stand-in `fic lic` and training: the mix chosen in the run (`in_run`) or recorded; the control's
+    seeds as given (default: the SCALE=cpu setting); `recorded` changes the recorded `vasd_mix` entry's keys."""
+    part = _import_part(monkeypatch)
+    monkeypatch.setattr(part, "CHOOSE_IN_RUN", in_run)
+    if control_seeds is not None:
+        monkeypatch.setitem(part.SETTINGS["vasd"], "control_seeds", list(control_seeds))
+    if recorded is not None:
+        real = repro.recorded_choice
+        monkeypatch.setattr(repro, "recorded_choice", lambda key: {**real(key), **recorded})
     calls = {"lic": [], "train": [], "events": []}
 
     def fake_fic(args, log):
@@ -90,8 +106,21 @@ def vasd_part(tmp_path, monkeypatch):
     return part, section, calls, tmp_path
 
 
-def test_no_test_task_feeds_a_choice(vasd_part):
-    part, section, calls, out = vasd_part
+@pytest.fixture
+def vasd_part(tmp_path, monkeypatch):
+    """The in-run choice, with the control at three seeds (what SCALE=gpu runs)."""
+    return run_part(tmp_path, monkeypatch, in_run=True, control_seeds=(0, 1, 2))
+
+
+@pytest.fixture
+def vasd_cpu(tmp_path, monkeypatch):
+    """SCALE=cpu: the recorded mix, the control at seed 0 only."""
+    return run_part(tmp_path, monkeypatch, in_run=False)
+
+
+@pytest.mark.parametrize("fixture", ["vasd_part", "vasd_cpu"])
+def test_no_test_task_feeds_a_choice(fixture, request):
+    part, section, calls, out = request.getfixturevalue(fixture)
     test_calls = [c for c in calls["lic"] if c["out"].relative_to(out).parts[0] in ("test", "test_sampled")]
     dev_calls = [c for c in calls["lic"] if c["out"].relative_to(out).parts[0] == "dev"]
     assert len(test_calls) + len(dev_calls) == len(calls["lic"])
@@ -186,9 +215,97 @@ def test_summary_keys_intervals_and_seed_aggregation(vasd_part):
     json.dumps(section.to_json())  # summary.json can hold it
 
 
-def test_sizes_fit_the_time_budget():
-    sys.modules.pop("vasd", None)
-    import vasd as part
+def test_cpu_reads_the_recorded_mix_and_trains_no_other_mix(vasd_cpu):
+    """SCALE=cpu: no VASD at another mix and no dev scoring of a VASD model; the recorded choice is used and said."""
+    part, section, calls, out = vasd_cpu
+    recorded = repro.recorded_choice("vasd_mix")
+    assert part.CHOOSE_IN_RUN is False and recorded["task"] == "arithmetic-1-update" and recorded["chosen"] == 0.5
+    dev_outs = {
+        c["out"].relative_to(out).as_posix() for c in calls["lic"] if c["out"].relative_to(out).parts[0] == "dev"
+    }
+    assert dev_outs == {"dev/candidates-base", "dev/candidates-start"}  # no dev scoring of a mix
+    names = [c["out"].name for c in calls["train"]]
+    assert not [n for n in names if "mix0.3" in n] and all("mix0.5" in n for n in names)
+    mix = section.summary["dev"]["mix"]
+    assert mix["recorded"] == {"commit": "7eebd76", "file": "reproduce/dev_choices.json"}
+    assert mix["chosen"] == 0.5 and mix["kept"] == [] and mix["numbers"] == recorded["numbers"]
+    assert "recorded_not_used" not in mix
+    assert section.summary["test"]["single_turn_mix"] == 0.5
+    table = next(t for t in section.tables if t.caption.startswith("Choices on the dev split (2)"))
+    assert "7eebd76" in table.caption and "reproduce/dev_choices.json" in table.caption
+    assert [r[-1] for r in table.rows].count("yes") == 1 and table.rows[-1][0] == "0.5"
+    assert "made by the run at 7eebd76" in " ".join(section.text)
 
-    assert part.estimated_seconds() <= 26 * 60
+
+def test_cpu_control_at_seed_0_only_vasd_at_three_seeds(vasd_cpu, tmp_path, monkeypatch):
+    part, section, calls, out = vasd_cpu
+    assert part.seeds_of("vasd") == [0, 1, 2] and part.seeds_of("self_sft") == [0]
+    trained = sorted(c["out"].name for c in calls["train"])
+    assert trained == ["self_sft-mix0.5-seed0", "vasd-mix0.5-seed0", "vasd-mix0.5-seed1", "vasd-mix0.5-seed2"]
+    tested = sorted(c["out"].name for c in calls["lic"] if c["out"].relative_to(out).parts[0] == "test")
+    assert tested == ["before", "self_sft-seed0", "vasd-seed0", "vasd-seed1", "vasd-seed2"]
+    s = section.summary
+    assert s["test"]["n"] == part.SETTINGS["eval"]["test_n"] == 60
+    assert s["test"]["seeds"] == [0, 1, 2] and [r["seed"] for r in s["test"]["vasd"]["per_seed"]] == [0, 1, 2]
+    control = s["ablation"]["self_sft"]
+    assert s["ablation"]["seeds"] == [0] and [r["seed"] for r in control["per_seed"]] == [0]
+    assert control["spread"]["p_sharded"]["n_seeds"] == 1 and control["spread"]["p_sharded"]["sd"] == 0.0
+    assert control["pooled"]["sharded"]["n"] == s["test"]["n"]  # one run per task
+    assert s["test"]["vasd"]["pooled"]["sharded"]["n"] == 3 * s["test"]["n"]
+    # VASD - self-SFT pools VASD's 3 seeds per task against the control's seed 0 on that task, and says so
+    assert s["ablation"]["vasd_minus_self_sft"]["sharded"]["n_items"] == s["test"]["n"]
+    assert s["targets_met"]["distillation beats self-SFT"] is True
+    main = section.tables[0]
+    assert "VASD at 3 seeds, the control at seed 0" in main.caption
+    assert [row[-1] for row in main.rows] == ["n/a (1 seed)"] * 3 and all(
+        row[4] != "n/a (1 seed)" for row in main.rows
+    )
+    assert "control's seed 0" in section.tables[1].caption and "seed 0 only" in " ".join(section.text)
+    assert "self-SFT seed 0 " in section.about["seeds"] and "VASD seeds 0, 1, 2" in section.about["seeds"]
+    assert all(len(row) == len(t.columns) for t in section.tables for row in t.rows)
+    json.dumps(section.to_json())
+    # VASD seed 0 at the chosen mix is trained by the same call as the in-run choice's dev model
+    _, _, in_run_calls, in_run_out = run_part(tmp_path / "in_run", monkeypatch, in_run=True)
+    overrides = lambda cs, root: next(  # noqa: E731
+        [o.replace(str(root), "ROOT") for o in c["overrides"]] for c in cs if c["out"].name == "vasd-mix0.5-seed0"
+    )
+    assert overrides(calls["train"], out) == overrides(in_run_calls["train"], in_run_out)
+
+
+@pytest.mark.parametrize("recorded", [{"task": "arithmetic-2-updates"}, {"start_model": "base"}])
+def test_cpu_chooses_the_mix_in_the_run_when_the_record_is_for_another_task(tmp_path, monkeypatch, capsys, recorded):
+    part, section, calls, out = run_part(tmp_path, monkeypatch, in_run=False, recorded=recorded)
+    assert "warning: vasd: the recorded single_turn_mix does not apply" in capsys.readouterr().err
+    names = {c["out"].name for c in calls["train"]}
+    assert {"vasd-mix0.3-seed0", "vasd-mix0.5-seed0"} <= names  # both mixes trained for the dev choice
+    assert any(c["out"].name == "vasd-mix0.3-seed0" and c["out"].parent.name == "dev" for c in calls["lic"])
+    mix = section.summary["dev"]["mix"]
+    assert "recorded" not in mix and mix["kept"] == [0.5]  # the in-run choice from the made-up dev numbers
+    assert list(recorded)[0] in mix["recorded_not_used"]
+    assert "was chosen inside this run" in " ".join(section.text)
+    assert part.seeds_of("self_sft") == [0]  # the control's seeds stay as at SCALE=cpu
+
+
+def test_scale_sets_the_sizes(monkeypatch):
+    cpu = _import_part(monkeypatch, "cpu")
+    assert cpu.CHOOSE_IN_RUN is False and cpu.SETTINGS["eval"]["test_n"] == 60
+    assert cpu.seeds_of("self_sft") == [0] and cpu.seeds_of("vasd") == [0, 1, 2]
+    gpu = _import_part(monkeypatch, "gpu")
+    assert gpu.CHOOSE_IN_RUN is True and gpu.SETTINGS["eval"]["test_n"] == 80
+    assert gpu.seeds_of("self_sft") == gpu.seeds_of("vasd") == [0, 1, 2]
+    with pytest.raises(ValueError):
+        gpu.seeds_of("sft")
+
+
+def test_sizes_fit_the_time_budget(monkeypatch):
+    part = _import_part(monkeypatch, "cpu")
+    t, lic = part.TIME, lambda n: part.TIME["lic_load"] + n * part.TIME["lic_task"]
+    vasd, control = t["train_load"] + 8 * t["vasd_step"], t["train_load"] + 8 * t["self_sft_step"]
+    # the module docstring's sums: 851 s at SCALE=cpu, 1379 s with the gpu run's in-run choice, control seeds and n
+    assert part.estimated_seconds() == pytest.approx(851.4) and part.estimated_seconds() <= 15 * 60
+    in_run = part.estimated_seconds(choose_in_run=True)
+    assert in_run - part.estimated_seconds() == pytest.approx(vasd + 2 * lic(40))  # VASD at 0.3, dev at both
+    gpu = _import_part(monkeypatch, "gpu")
+    assert gpu.estimated_seconds() == pytest.approx(1379.2)
+    assert gpu.estimated_seconds() - in_run == pytest.approx(2 * control + 2 * lic(80) + 5 * (lic(80) - lic(60)))
     assert part.SEEDS == (0, 1, 2) and len(part.MIXES) >= 2

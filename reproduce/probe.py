@@ -35,7 +35,9 @@ start at 25 items without T=0.3 (stopped after the sweep) took 10.0 min for the 
 have ended near the 90 minutes; 5 items per dataset went too (-3 min at that speed). The fresh-clone run of
 2026-12-03 at 20 items took 17.7 min (sweep 11.3, controls 6.2) on a day the machine ran ~1.36x slower than the
 evening before, and the next morning a training step ran another ~1.15x slower; 5 more items went (15 per dataset:
--4.4 min at the 17.7-min speed; the minimum detectable effect grows by sqrt(20/15) = 1.15x).
+-4.4 min at the 17.7-min speed; the minimum detectable effect grows by sqrt(20/15) = 1.15x). The fresh clone at
+95e5153 (2026-12-03, a faster hour: the reference training step of `reproduce/speed.py` took 3.34 s) ran the part at
+15 items in 8.6 min.
 
 This is an upper bound in one respect: at T > 0 the 3 samples of a prompt share its prefill, which the per-turn times
 (measured with 1 sample per prompt) do not credit. What each size costs, at these rates: one more item 47 s; the

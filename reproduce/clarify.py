@@ -37,8 +37,8 @@ dev numbers, which the report shows with that commit; SCALE=gpu reruns the grid 
 
 Time: each dev `fic bag` run took 1.3 min in the fresh-clone `make reproduce` of 2026-12-03 (one process that loads
 SmolLM2; per item one sampled call of K answers, one greedy strategy call and, after a clarification, one more), the
-whole part 10.2 min on 2 CPU cores; the recorded choice saves the 3 dev runs, 3.9 min at that speed. The fresh clone at 95e5153 (a faster hour) ran
-the part in 3.4 min.
+whole part 10.2 min on 2 CPU cores; the recorded choice saves the 3 dev runs, 3.9 min at that speed. The fresh
+clone at 95e5153 (a faster hour) ran the part in 3.4 min.
 
 Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
 (`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route

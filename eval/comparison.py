@@ -1,12 +1,13 @@
 """Run-level files of checkpoint evaluation, in `RUN_DIR/eval/`: `history.jsonl` (one row per evaluated checkpoint;
 it survives the Trainer deleting old checkpoints), `comparison.json` / `comparison.csv` (step x metric, and each
-checkpoint's genuine rate against the first one's as a paired difference), `plots/*.png` (each metric against the
-step) and `report.html`."""
+checkpoint's genuine rate against the first one's as a paired difference, calibrated as well where both probe
+folders hold labels), `plots/*.png` (each metric against the step) and `report.html`."""
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -17,6 +18,8 @@ from fic.tracking import redact
 from .checkpoint_io import EVAL_DIR, is_evaluated, list_checkpoints
 from .evaluate import METRICS_FILE
 from .report import run_report
+
+logger = logging.getLogger(__name__)
 
 
 def record_history(run_dir: str | Path, record: dict) -> None:
@@ -79,21 +82,50 @@ def plot_metrics(records: list[dict], out_dir: Path) -> list[Path]:
 
 def probe_differences(run_dir: Path, records: list[dict]) -> list[dict]:
     """Each evaluated checkpoint's genuine rate against the first one's: the paired, item-clustered difference
-    (`fic.followup_summary.compare`) from the probe turns of both, where both checkpoint folders still hold them."""
+    (`fic.followup_summary.compare`) from the probe turns of both, where both checkpoint folders still hold them;
+    where both probe folders also hold labels of their turns (`fic review FOLDER --sample N` writes
+    `labels.jsonl`), `calibrated` gives the prediction-powered difference paired by item beside it
+    (`fic.followup_summary.compare_calibrated`)."""
+
+    def folder(record: dict) -> Path:
+        return run_dir / str(record.get("checkpoint") or "") / EVAL_DIR / "probe"
 
     def turns(record: dict) -> list[dict]:
-        path = run_dir / str(record.get("checkpoint") or "") / EVAL_DIR / "probe" / "samples.jsonl"
+        path = folder(record) / "samples.jsonl"
         return load_done(path) if record.get("checkpoint") and path.is_file() else []
 
-    from fic.followup_summary import compare  # numpy (~70 ms, fic.estimates): `fic eval-checkpoints` starts without it
+    # numpy (~70 ms, fic.estimates): `fic eval-checkpoints` starts without it
+    from fic.followup_summary import compare, compare_calibrated, row_key
+
+    from .rates import LABELS_FILE, META_FILE, RatesError, overlap_items, read_labels
+
+    def labels(record: dict, rows: list[dict]) -> tuple[dict | None, set]:
+        """The checkpoint's labels by turn (None without a usable labels file) and its items inside the judge's fit."""
+        where = folder(record)
+        if not (where / LABELS_FILE).is_file():
+            return None, set()
+        meta = json.loads((where / META_FILE).read_text()) if (where / META_FILE).is_file() else {}
+        try:
+            found = read_labels(where / LABELS_FILE, rows, meta.get("run_id"), where)
+        except RatesError as err:
+            logger.warning("no calibrated difference for step %s: %s", record["step"], err)
+            return None, set()
+        return {row_key(r): bool(r["genuine"]) for r in found}, overlap_items(meta)
 
     with_turns = [(r, turns(r)) for r in records]
     with_turns = [(r, rows) for r, rows in with_turns if rows]
     if len(with_turns) < 2:
         return []
     (first, base), out = with_turns[0], []
+    base_labels, base_excluded = labels(first, base)
     for record, rows in with_turns[1:]:
-        out.append({"step": record["step"], "against_step": first["step"], **compare(base, rows)})
+        entry = {"step": record["step"], "against_step": first["step"], **compare(base, rows)}
+        if base_labels:
+            other_labels, excluded = labels(record, rows)
+            if other_labels:
+                entry["calibrated"] = compare_calibrated(base, rows, base_labels, other_labels,
+                                                         base_excluded | excluded)  # fmt: skip
+        out.append(entry)
     return out
 
 

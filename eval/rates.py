@@ -22,7 +22,7 @@ from fic.jsonl import load_done, write_json
 from fic.judges.validity import judge_validity, validity_of
 
 from .probe_plots import write_plots
-from .report import probe_report
+from .report import calibrated_text, probe_report
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,11 @@ def read_labels(path: Path, rows: list[dict], run_id: str | None, run_dir: Path 
     return [label for _, label in labels]
 
 
+def overlap_items(meta: dict) -> set[tuple[str, str]]:
+    """`(dataset, item_id)` of the items inside the judge's fit, from a probe folder's `probe_meta.json`."""
+    return {tuple(item.split(":", 1)) for item in (meta.get("judge_overlap") or {}).get("items", [])}
+
+
 def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = None, report: bool = True,
                 empty_ok: bool = False) -> dict:  # fmt: skip
     """Recompute `RUN/summary.json` (and the plots and `report.html`) from the folder's files; return the summary.
@@ -93,7 +98,7 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
         raise RatesError(f"--labels {labels_path}: no such file")
     label_rows = read_labels(labels_path, rows, meta.get("run_id"), run_dir) if labels_path.is_file() else []
     overlap = meta.get("judge_overlap") or {}
-    excluded = {tuple(item.split(":", 1)) for item in overlap.get("items", [])}
+    excluded = overlap_items(meta)
     summary = summarize(rows, meta.get("accuracy"), validity=validity, labels=label_rows, excluded=excluded)
     summary.update(settings=meta.get("settings"), skipped_items=meta.get("skipped_items"), judge_validity=validity,
                    judge_overlap=overlap)  # fmt: skip
@@ -114,11 +119,10 @@ def estimate_lines(summary: dict) -> list[str]:
 
     lines = []
     for name, est in [*summary["by_dataset"].items(), ("overall", summary["overall"])]:
-        raw, calibrated = est["raw"], est.get("calibrated")
-        n_labels = f" ({calibrated['n_labels']} labels)" if calibrated else ""
+        raw = est["raw"]
         lines.append(
             f"{name:>14}: raw {cell(raw)} n={raw['n']} items={raw['n_items']} | corrected {cell(est['corrected'])}"
-            f" | calibrated {cell(calibrated)}{n_labels} | generic floor {cell(est.get('generic_floor'))}"
+            f" | calibrated {calibrated_text(est)} | generic floor {cell(est.get('generic_floor'))}"
         )
     lines.append(f"note: {summary['assumption']}")
     return lines

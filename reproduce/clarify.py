@@ -325,6 +325,8 @@ def _faith_rows(name: str, f: dict) -> list[list]:
 
 
 def _interval(cell: dict, digits: int = 3) -> str:
+    if cell["mean"] is None and cell.get("note"):  # fewer than fic.estimates.MIN_CLUSTERS episodes
+        return f"n/e ({cell['note']})"
     return f"{_f(cell['mean'], digits)} [{_f(cell['low'], digits)}, {_f(cell['high'], digits)}]"
 
 

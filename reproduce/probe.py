@@ -218,7 +218,7 @@ def run(out: Path) -> Section:
                 f"follow-up rises from greedy to T={hot} (the probe paper's direction)",
                 "paired 95% interval of T - greedy, pooled over datasets, above 0",
                 points(pooled) if pooled else "n/a",
-                bool(pooled) and pooled["low"] > 0,
+                bool(pooled) and pooled["low"] is not None and pooled["low"] > 0,
             ),
         ],  # fmt: skip
     )
@@ -251,6 +251,9 @@ def difference(cell: dict | None) -> dict:
 
     if not cell:
         return {}
+    if cell["diff"] is None:  # under fic.estimates.MIN_CLUSTERS items: not estimable, the note says so
+        return {**{k: cell[k] for k in ("diff", "low", "high", "p", "n_items", "detectable", "note")}, "se": None,
+                "mde": None}  # fmt: skip
     se = standard_error_from_interval(cell["low"], cell["high"])
     # An interval of no width (every item gave the same verdict on both sides) says nothing of the power: no MDE.
     return {**{k: cell[k] for k in ("diff", "low", "high", "p", "n_items", "detectable")}, "se": se,
@@ -258,7 +261,9 @@ def difference(cell: dict | None) -> dict:
 
 
 def points(cell: dict) -> str:
-    """`-3.3 points [-23.3, +16.7], p=0.86` of a difference."""
+    """`-3.3 points [-23.3, +16.7], p=0.86` of a difference (its note when it is not estimable)."""
+    if cell["diff"] is None:
+        return cell["note"]
     return (f"{100 * cell['diff']:+.1f} points [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}], "
             f"p={cell['p']:.2f}")  # fmt: skip
 
@@ -269,7 +274,7 @@ def effect_reading(cell: dict) -> str:
     time)."""
     if not cell:
         return "n/a (nothing paired)"
-    if cell["detectable"]:
+    if cell["detectable"] or cell["diff"] is None:
         return points(cell)
     if not cell["mde"]:
         return f"no detectable effect at this size ({points(cell)}; every item gave the same verdict on both sides)"
@@ -412,7 +417,7 @@ def power_table(differences: dict, datasets: list[str], hot: float) -> Table:
 
 
 def _mde_cell(cell: dict) -> str:
-    if not cell:
+    if not cell or cell["diff"] is None:
         return "n/a"
     return f"{100 * cell['mde']:.0f}" if cell["mde"] else "n/a (the interval has no width)"
 

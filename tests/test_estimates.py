@@ -80,15 +80,20 @@ def test_paired_difference_of_identical_runs_and_determinism():
 
 
 def test_cluster_mean_counts_clusters_not_rows():
-    # Two episodes under 5 profiles each, regret 1 on the first and 0 on the second: 10 rows, 2 clusters. The
-    # resamples hold {a, a}, {a, b} or {b, b}: means 1, 0.5, 0, so the 95% interval is [0, 1].
-    values, clusters = [1.0] * 5 + [0.0] * 5, ["a"] * 5 + ["b"] * 5
+    # Ten episodes under 5 profiles each, regret 1 on the first five and 0 on the others: 50 rows, 10 clusters.
+    values, clusters = [1.0] * 25 + [0.0] * 25, [i // 5 for i in range(50)]
     out = cluster_mean(values, clusters, seed=3)
-    assert out == {"mean": 0.5, "low": 0.0, "high": 1.0, "n": 10, "n_items": 2}
-    # the same 10 rows as 10 independent episodes give a narrower interval
-    narrow = cluster_mean(values, list(range(10)), seed=3)
-    assert narrow["high"] - narrow["low"] < 1.0 and narrow["n_items"] == 10
-    assert cluster_mean([0.3, 0.3], ["x", "x"]) == {"mean": 0.3, "low": 0.3, "high": 0.3, "n": 2, "n_items": 1}
+    assert (out["mean"], out["n"], out["n_items"], out["note"]) == (0.5, 50, 10, "")
+    assert 0.0 <= out["low"] < 0.5 < out["high"] <= 1.0
+    # the same 50 rows as 50 independent episodes give a narrower interval
+    narrow = cluster_mean(values, list(range(50)), seed=3)
+    assert narrow["high"] - narrow["low"] < out["high"] - out["low"] and narrow["n_items"] == 50
+    flat = cluster_mean([0.5] * 20, list(range(10)) * 2)
+    assert (flat["mean"], flat["low"], flat["high"]) == (0.5, 0.5, 0.5)
+    # Two episodes: a resample holds {a, a}, {a, b} or {b, b}, nothing else; under MIN_CLUSTERS no interval.
+    two = cluster_mean([1.0] * 5 + [0.0] * 5, ["a"] * 5 + ["b"] * 5)
+    assert two == {"mean": None, "low": None, "high": None, "n": 10, "n_items": 2,
+                   "note": "not estimable: 2 clusters (< 10)"}  # fmt: skip
     assert cluster_mean([], [])["n"] == 0
     with pytest.raises(ValueError, match="cluster key"):
         cluster_mean([1.0], [])

@@ -40,7 +40,7 @@ def _genuine(dataset: str, item: int, temp: float, pert: str) -> bool:
     return item == 0
 
 
-def _rows(part, n_items: int = 8) -> list[dict]:
+def _rows(part, n_items: int = 10) -> list[dict]:
     s = part.SETTINGS
     rows = []
     cells = [(t, "none") for t in s["temperatures"]]
@@ -114,9 +114,9 @@ def test_table_contents(part, section):
     tables = {t.caption.split(":")[0]: t for t in section.tables}
     controls = tables["Table 1"]
     assert controls.rows[0][:2] == ["gsm8k", "0.0"] and controls.rows[0][4] == "100" and controls.rows[0][-1] == "0"
-    assert controls.rows[0][2].endswith("(8 items, greedy)")  # the greedy copies count once
+    assert controls.rows[0][2].endswith("(10 items, greedy)")  # the greedy copies count once
     sweep = tables["Table 4"]
-    assert sweep.rows[0][1].endswith("(8 items, greedy)") and sweep.rows[0][2].endswith("(8 items x 3)")
+    assert sweep.rows[0][1].endswith("(10 items, greedy)") and sweep.rows[0][2].endswith("(10 items x 3)")
     accuracy = tables["Tables 3 and 5"]
     assert accuracy.rows[0][1] == "50.0% of 8" and accuracy.rows[1][1] == "n/a (no checker)"
     modes = tables["Table 6"]
@@ -153,9 +153,19 @@ def test_differences_and_the_claims_that_follow_them(part, section):
     assert not target.met  # read on the pooled interval, which lies below 0 here
 
 
+def test_a_difference_on_under_ten_items_is_not_estimable(part):
+    datasets = part.SETTINGS["datasets"]
+    diffs = part._differences(_rows(part, n_items=8), datasets, part.SETTINGS["temperatures"][-1])
+    gsm8k = diffs["gsm8k"]["temperature"]
+    assert (gsm8k["diff"], gsm8k["low"], gsm8k["mde"], gsm8k["detectable"]) == (None, None, None, False)
+    assert part.effect_reading(gsm8k) == "not estimable: 8 clusters (< 10)" == part.points(gsm8k)
+    assert part._mde_cell(gsm8k) == "n/a"
+    assert diffs["pooled"]["temperature"]["n_items"] == 8 * len(datasets)  # pooled over datasets: enough items
+
+
 def test_summary_keys(part, section):
     cell = section.summary["gsm8k"]["1.0"]["none"]
-    assert cell["rate"] == 0.0 and cell["n"] == 24 and cell["n_items"] == 8
+    assert cell["rate"] == 0.0 and cell["n"] == 30 and cell["n_items"] == 10
     assert set(section.summary["gsm8k"]["0.0"]) == {"none", "truncate", "question", "reseed"}
     details = section.extra["probe_details"]
     assert details["percent_changed"]["healthbench"]["truncate"]["0.0"]["changed"] == 1.0

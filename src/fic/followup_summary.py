@@ -11,7 +11,8 @@ estimate of what careful readers would say, not a count of verdicts, so every fi
   (`fic.judges.validity`), per dataset where the labels suffice and pooled otherwise, or null with a note. It assumes
   that the judge's error on those labelled turns transfers to this model's turns.
 - `calibrated`: the prediction-powered (PPI++) estimate where labels of this run's own turns exist (`fic review
-  RUN --sample N`, then `fic rates RUN`).
+  RUN --sample N`, then `fic rates RUN`), or null with `calibrated_note` saying why (not estimable: fewer than
+  `fic.estimates.MIN_CLUSTERS` items hold labelled turns).
 - `generic_floor`: the share of turns still judged genuine when the item's answer is swapped for another item's
   answer (a turn such as "Can you give me an example of that?" fits any answer).
 
@@ -21,7 +22,14 @@ the corrected and calibrated estimates.
 
 from __future__ import annotations
 
-from fic.estimates import cluster_rate, corrected_rate, paired_difference, ppi_rate, rate_variance
+from fic.estimates import (
+    cluster_rate,
+    corrected_rate,
+    paired_difference,
+    ppi_paired_difference,
+    ppi_rate,
+    rate_variance,
+)
 from fic.judges.validity import dataset_errors
 from fic.metric_names import probe_accuracy, probe_corrected, probe_generic_floor, probe_genuine, temperature_key
 from fic.metrics import cohen_kappa, label_distribution, percent_changed
@@ -71,21 +79,40 @@ def corrected(rows: list[dict], errors: dict | None) -> tuple[dict | None, str]:
     )
 
 
-def calibrated(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
-    """The PPI++ estimate of the labelled rate of `rows` from the labels of some of them (None without labels)."""
+def ppi_arm(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
+    """`ppi_rate`'s arguments by name for the judged `rows` and the labels of some of them (None under 2 labels):
+    one arm of `fic.estimates.ppi_paired_difference`, items keyed `(dataset, item_id)`."""
     kept = decided(rows)
     labelled = [r for r in kept if row_key(r) in labels]
     if len(labelled) < 2:
         return None
-    out = ppi_rate(
-        [labels[row_key(r)] for r in labelled],
-        [bool(r["genuine"]) for r in labelled],
-        [bool(r["genuine"]) for r in kept],
-        [item_of(r) for r in kept],
-        labelled_clusters=[item_of(r) for r in labelled],
-    )
+    return {
+        "labelled_human": [labels[row_key(r)] for r in labelled],
+        "labelled_judge": [bool(r["genuine"]) for r in labelled],
+        "all_judge": [bool(r["genuine"]) for r in kept],
+        "all_clusters": [item_of(r) for r in kept],
+        "labelled_clusters": [item_of(r) for r in labelled],
+    }
+
+
+def calibrated_estimate(rows: list[dict], labels: dict[tuple, bool]) -> tuple[dict | None, str]:
+    """(`{rate, low, high, n_labels, lambda, labels_only}` or None, note) for the PPI++ estimate of the labelled rate
+    of `rows` from the labels of some of them: None without 2 labels (note "") or when not estimable (the note
+    says so)."""
+    arm = ppi_arm(rows, labels)
+    if arm is None:
+        return None, ""
+    out = ppi_rate(**arm)
+    if out["rate"] is None:
+        return None, f"{out['note']} ({out['n_labels']} labels)"
     return {"rate": out["rate"], "low": out["low"], "high": out["high"], "n_labels": out["n_labels"],
-            "lambda": out["lambda"], "labels_only": out["labels_only"]}  # fmt: skip
+            "lambda": out["lambda"], "labels_only": out["labels_only"]}, ""  # fmt: skip
+
+
+def calibrated(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
+    """The PPI++ estimate of the labelled rate of `rows` from the labels of some of them (None without labels or
+    when not estimable: `calibrated_estimate` says why)."""
+    return calibrated_estimate(rows, labels)[0]
 
 
 def run_agreement(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
@@ -107,18 +134,20 @@ def run_agreement(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
 
 
 def estimate(rows: list[dict], errors: dict | None, labels: dict[tuple, bool], excluded: set | None) -> dict:
-    """`{raw, corrected, corrected_note, calibrated, generic_floor, agreement}` of one group of rows; the rows of
-    `excluded` items (inside the judge's fit) stay out of the corrected and calibrated rates."""
+    """`{raw, corrected, corrected_note, calibrated, calibrated_note, generic_floor, agreement}` of one group of
+    rows; the rows of `excluded` items (inside the judge's fit) stay out of the corrected and calibrated rates."""
     clean = rows if not excluded else [r for r in rows if item_of(r) not in excluded]
     corrected_cell, note = corrected(clean, errors)
     if len(clean) < len(rows):
         note += f"; {len(rows) - len(clean)} turns of items inside the judge's fit left out"
     floor = raw_rate(rows, "generic_genuine") if any("generic_genuine" in r for r in rows) else None
+    calibrated_cell, calibrated_note = calibrated_estimate(clean, labels)
     return {
         "raw": raw_rate(rows),
         "corrected": corrected_cell,
         "corrected_note": note,
-        "calibrated": calibrated(clean, labels),
+        "calibrated": calibrated_cell,
+        "calibrated_note": calibrated_note,
         "generic_floor": floor,
         "agreement": run_agreement(rows, labels),
     }
@@ -208,11 +237,34 @@ def by_correct(rows: list[dict]) -> dict:
     return out
 
 
+def reading(diff: dict) -> str:
+    """`+12.0 points [+3.1, +20.9], p=0.01` of a paired difference, with ": no detectable change" when its interval
+    covers 0; the note when it is not estimable."""
+    if diff["diff"] is None:
+        return diff["note"]
+    return (
+        f"{'+' if diff['diff'] >= 0 else ''}{100 * diff['diff']:.1f} points "
+        f"[{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}], p={diff['p']:.2f}"
+        + ("" if diff["detectable"] else ": no detectable change")
+    )
+
+
+def _by_dataset(before: list[dict], after: list[dict], one) -> dict:
+    datasets = sorted({r["dataset"] for r in before} & {r["dataset"] for r in after})
+    return {
+        "overall": one(before, after),
+        "by_dataset": {
+            d: one([r for r in before if r["dataset"] == d], [r for r in after if r["dataset"] == d]) for d in datasets
+        },  # fmt: skip
+    }
+
+
 def compare(before: list[dict], after: list[dict], seed: int = 0) -> dict:
     """The paired, item-clustered difference after - before (pooled and per dataset) of two runs on the same items.
 
-    Each entry: `{diff, low, high, p, n_items, rate_a, rate_b, detectable, reading}`; `reading` says "no detectable
-    change" when the interval covers 0."""
+    Each entry: `{diff, low, high, p, n_items, rate_a, rate_b, detectable, note, reading}` (None where no item is in
+    both); `reading` says "no detectable change" when the interval covers 0, and is the note ("not estimable: ...")
+    when fewer than `fic.estimates.MIN_CLUSTERS` items are in both (diff, low, high and p are None then)."""
 
     def per_item(rows: list[dict]) -> dict:
         out: dict[tuple, list[bool]] = {}
@@ -225,20 +277,29 @@ def compare(before: list[dict], after: list[dict], seed: int = 0) -> dict:
         if not set(a) & set(b):
             return None
         out = paired_difference(a, b, seed=seed)
-        out["reading"] = (
-            f"{'+' if out['diff'] >= 0 else ''}{100 * out['diff']:.1f} points "
-            f"[{100 * out['low']:+.1f}, {100 * out['high']:+.1f}], p={out['p']:.2f}"
-            + ("" if out["detectable"] else ": no detectable change")
-        )
-        return out
+        return {**out, "reading": reading(out)}
 
-    datasets = sorted({r["dataset"] for r in before} & {r["dataset"] for r in after})
-    return {
-        "overall": one(before, after),
-        "by_dataset": {
-            d: one([r for r in before if r["dataset"] == d], [r for r in after if r["dataset"] == d]) for d in datasets
-        },  # fmt: skip
-    }
+    return _by_dataset(before, after, one)
+
+
+def compare_calibrated(before: list[dict], after: list[dict], labels_before: dict[tuple, bool],
+                       labels_after: dict[tuple, bool], excluded: set | None = None) -> dict:  # fmt: skip
+    """The calibrated (PPI++) difference after - before (pooled and per dataset) of two labelled runs on the same
+    items, paired by item (`fic.estimates.ppi_paired_difference`): the estimate of what readers would say, beside
+    `compare`'s judged one. The rows of `excluded` items (inside the judge's fit) stay out, as in `estimate`.
+
+    Each entry: `ppi_paired_difference`'s dict with `reading`, or None where an arm has under 2 labels."""
+
+    def one(a_rows: list[dict], b_rows: list[dict]) -> dict | None:
+        if excluded:
+            a_rows, b_rows = ([r for r in rows if item_of(r) not in excluded] for rows in (a_rows, b_rows))
+        a, b = ppi_arm(a_rows, labels_before), ppi_arm(b_rows, labels_after)
+        if a is None or b is None:
+            return None
+        out = ppi_paired_difference(a, b)
+        return {**out, "reading": reading(out)}
+
+    return _by_dataset(before, after, one)
 
 
 def flat_metrics(summary: dict, perturbations: tuple[str, ...] = ("none",)) -> dict[str, float]:

@@ -3,7 +3,8 @@
 FULL gives the model the fully specified instruction in one turn; CONCAT gives all shards in one turn, as a list;
 SHARDED has a simulated user reveal one shard per turn while the model answers each turn. A sharded episode ends on
 the first correct answer attempt, or after the model's reply to the last shard. Each episode scores 1 or 0; P, A90
-and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); recovery = p_sharded / p_full.
+and U90-10 follow the Lost in Conversation paper (`fic.metrics.lic_scores`); `sharded_over_full` = p_sharded / p_full
+(one model, one evaluation: not a recovery, which needs a before and an after, `fic.metrics.recovery`).
 
 The rule-based user reveals each shard verbatim; `--user llm` rephrases it through an OpenAI-compatible chat
 endpoint, as the paper's simulator does. Episodes are generated in fixed chunks of tasks, so sampling seeds do not
@@ -211,7 +212,8 @@ def evaluate_views(
 
 
 def summarize(rows: list[dict], modes: list[str]) -> dict:
-    """P / A90 / U90-10 per mode from episode rows, and recovery = p_sharded / p_full (and p_concat / p_full)."""
+    """P / A90 / U90-10 per mode from episode rows, and the ratios `sharded_over_full` = p_sharded / p_full and
+    `concat_over_full` = p_concat / p_full (where p_full > 0)."""
     summary: dict = {"modes": {}}
     for mode in modes:
         by_task: dict[str, list[float]] = {}
@@ -223,8 +225,8 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
     for mode in modes:
         summary[f"p_{mode}"] = p[mode]
     if p.get("full"):
-        summary["recovery"] = p.get("sharded", 0.0) / p["full"]
-        summary["concat_ratio"] = p.get("concat", 0.0) / p["full"]
+        summary["sharded_over_full"] = p.get("sharded", 0.0) / p["full"]
+        summary["concat_over_full"] = p.get("concat", 0.0) / p["full"]
     return summary
 
 
@@ -349,8 +351,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for mode, m in summary["modes"].items():
         print(f"{mode:>8}: P={m['P']:.3f} A90={m['A90']:.3f} U90-10={m['U90_10']:.3f} ({m['episodes']} episodes)")
-    if "recovery" in summary:
-        print(f"recovery p_sharded/p_full = {summary['recovery']:.3f}")
+    if "sharded_over_full" in summary:
+        print(f"sharded_over_full p_sharded/p_full = {summary['sharded_over_full']:.3f}")
     return 0
 
 
@@ -367,6 +369,6 @@ def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progres
     for mode, scores in summary["modes"].items():
         for score in metric_names.LIC_SCORES:
             metrics[metric_names.lic_score(score, mode)] = scores[score]
-    if "recovery" in summary:
-        metrics[metric_names.LIC_RECOVERY] = summary["recovery"]
+    if "sharded_over_full" in summary:
+        metrics[metric_names.LIC_SHARDED_OVER_FULL] = summary["sharded_over_full"]
     return metrics

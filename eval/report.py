@@ -179,10 +179,11 @@ def lic_table(summary: dict) -> str:
 
 def lic_report(summary: dict, episodes: list[dict], out_path: str | Path, title: str | None = None,
                max_samples: int = MAX_SAMPLES) -> Path:  # fmt: skip
-    """Write the report of one `fic lic` run: P / A90 / U90-10 per mode, recovery, plot, episodes."""
+    """Write the report of one `fic lic` run: P / A90 / U90-10 per mode, P_sharded / P_full, plot, episodes."""
     out_path = Path(out_path)
-    ratios = [[name, summary[key]] for key, name in (("recovery", "recovery p_sharded / p_full"),
-                                                     ("concat_ratio", "p_concat / p_full")) if key in summary]  # fmt: skip
+    ratios = [[name, summary[key]] for key, name in (("sharded_over_full", "sharded_over_full p_sharded / p_full"),
+                                                     ("concat_over_full", "concat_over_full p_concat / p_full"))
+              if key in summary]  # fmt: skip
     parts = [section("Scores", lic_table(summary), table(["ratio", "value"], ratios) if ratios else "")]
     figures = sorted(out_path.parent.glob("*.png"))
     if figures:
@@ -290,14 +291,27 @@ def comparison_probe_table(records: list[dict], config: dict | None = None) -> s
 
 
 def difference_table(differences: list[dict]) -> str:
-    """Paired, item-clustered differences (`fic.followup_summary.compare`), pooled and per dataset."""
+    """Paired, item-clustered differences (`fic.followup_summary.compare`), pooled and per dataset, and the
+    calibrated ones (`compare_calibrated`) where both checkpoints' turns are labelled."""
     rows = []
     for d in differences:
-        for name, cell in [("all", d.get("overall")), *sorted((d.get("by_dataset") or {}).items())]:
-            if cell:
-                rows.append([f"step {d['step']} - step {d['against_step']}", name, cell["reading"], cell["n_items"]])
-    return table(["comparison", "dataset", "difference [95% CI], p", "items"], rows,
-                 "An effect is claimed only where the interval excludes 0")  # fmt: skip
+        for kind in ("judged", "calibrated"):
+            found = d if kind == "judged" else d.get("calibrated") or {}
+            for name, cell in [("all", found.get("overall")), *sorted((found.get("by_dataset") or {}).items())]:
+                if cell:
+                    rows.append([f"step {d['step']} - step {d['against_step']}", name, kind, cell["reading"],
+                                 cell["n_items"]])  # fmt: skip
+    return table(["comparison", "dataset", "estimate", "difference [95% CI], p", "items"], rows,
+                 "An effect is claimed only where the interval excludes 0; calibrated: the prediction-powered "
+                 "difference from both checkpoints' labels, paired by item")  # fmt: skip
+
+
+def calibrated_text(est: dict) -> str:
+    """`0.210 [0.120, 0.340] (30 labels)` of an estimate's calibrated rate, `n/e (why)` when it is not estimable."""
+    c = est.get("calibrated")
+    if c:
+        return f"{c['rate']:.3f} [{c['low']:.3f}, {c['high']:.3f}] ({c['n_labels']} labels)"
+    return f"n/e ({est['calibrated_note']})" if est.get("calibrated_note") else "-"
 
 
 def estimate_table(summary: dict) -> str:
@@ -311,9 +325,7 @@ def estimate_table(summary: dict) -> str:
     for name, est in [*sorted(summary.get("by_dataset", {}).items()), ("overall", summary.get("overall"))]:
         if est:
             raw = est["raw"]
-            calibrated = est.get("calibrated")
-            rows.append([name, cell(raw), raw["n"], raw["n_items"], cell(est.get("corrected")),
-                         cell(calibrated) + (f" ({calibrated['n_labels']} labels)" if calibrated else ""),
+            rows.append([name, cell(raw), raw["n"], raw["n_items"], cell(est.get("corrected")), calibrated_text(est),
                          cell(est.get("generic_floor"))])  # fmt: skip
     return table(["dataset", "raw [95% CI]", "turns", "items", "corrected", "calibrated", "generic floor"], rows,
                  summary.get("assumption", ""))  # fmt: skip

@@ -202,7 +202,7 @@ def test_real_lic_evaluation_of_a_lora_run(base_path, tmp_path, monkeypatch):
     summary = json.loads((lic_dir / "summary.json").read_text())
     assert metrics["lic/p_full"] == summary["modes"]["full"]["P"]
     assert set(metrics) == {f"lic/{k}_{m}" for k in ("p", "a90", "u90_10") for m in ("full", "sharded")} | (
-        {"lic/recovery"} if "recovery" in summary else set()
+        {"lic/sharded_over_full"} if "sharded_over_full" in summary else set()
     )
     for path in run.rglob("*"):
         if path.is_file() and path != run / "eval" / "config.json":  # that one is the test's own input

@@ -88,6 +88,16 @@ def test_lic_metrics_by_hand():
     assert m["A90"] == pytest.approx(1.0) and m["U90_10"] == pytest.approx(0.5)
 
 
+def test_summary_ratios_are_named_for_what_they_are():
+    """One evaluation gives P_sharded / P_full (`sharded_over_full`), not a recovery: that needs a before and after."""
+    rows = [{"task_id": t, "mode": m, "correct": t == "b" or m != "sharded"}
+            for t in ("a", "b") for m in ("full", "concat", "sharded")]  # fmt: skip
+    summary = lic.summarize(rows, ["full", "concat", "sharded"])
+    assert summary["sharded_over_full"] == 0.5 and summary["concat_over_full"] == 1.0 and "recovery" not in summary
+    wrong = [{**r, "correct": False} for r in rows]
+    assert not {"sharded_over_full", "concat_over_full"} & set(lic.summarize(wrong, ["full", "sharded"]))
+
+
 def test_fic_lic_cli_runs_on_a_tiny_model(tmp_path):
     from fic.cli import main
     from fic.testing import tiny_model

@@ -125,12 +125,12 @@ def test_lic_and_regret_reports_inert(tmp_path):
     bad = HOSTILE[1]
     lic_summary = {"modes": {"full": {"P": 0.9, "A90": 1.0, "U90_10": 0.1, "n_tasks": 2, "episodes": 2},
                              "sharded": {"P": 0.45, "A90": 1.0, "U90_10": 1.0, "n_tasks": 2, "episodes": 2}},
-                   "recovery": 0.5, "runs": 1, "temperature": 0.0, "n_tasks": 2}  # fmt: skip
+                   "sharded_over_full": 0.5, "runs": 1, "temperature": 0.0, "n_tasks": 2}  # fmt: skip
     episodes = [{"task_id": f"t{bad}", "mode": "sharded", "run": 0, "correct": False,
                  "messages": [{"role": "user", "content": bad}, {"role": "assistant", "content": HOSTILE[0]}]}]  # fmt: skip
     page = assert_inert(report.lic_report(lic_summary, episodes, tmp_path / "lic" / "report.html").read_text())
     text = "".join(page.text)
-    assert bad in text and HOSTILE[0] in text and "0.450" in text and "recovery p_sharded / p_full" in text
+    assert bad in text and HOSTILE[0] in text and "0.450" in text and "sharded_over_full p_sharded / p_full" in text
 
     regret_summary = {"scenario": "products", "policy": f"model{bad}", "regret": 0.25, "value": 0.5,
                       "reference_value": 0.75, "resolution": {"rate": 0.5}, "resolution_rate": 0.5,

@@ -12,11 +12,15 @@ LIC_MODES = ("full", "concat", "sharded")
 LIC_SCORES = ("P", "A90", "U90_10")  # averaged performance, aptitude, unreliability: fic.metrics.lic_scores' keys
 
 PROBE_JUDGE_ERROR_RATE = "probe/judge_error_rate"
-LIC_RECOVERY = "lic/recovery"
+# P_sharded / P_full of one evaluated model. Not a recovery: recovery (fic.metrics.recovery) is the share of the
+# multi-turn gap a training run closed, and needs the scores before and after it.
+LIC_SHARDED_OVER_FULL = "lic/sharded_over_full"
 REGRET_MEAN = "regret/mean_regret"
 REGRET_VALUE = "regret/value"
 FOLLOWUP_GENUINE_RATE = "followup/genuine_rate"  # follow-up RL: share of judged completions that are genuine
 FOLLOWUP_JUDGE_ERROR_RATE = "followup/judge_error_rate"
+# follow-up RL: share of judged completions the reward judge calls genuine after another item's answer too (contrast)
+REWARD_GENERIC_FLOOR = "reward/generic_floor"
 
 
 def temperature_key(temperature: float) -> str:

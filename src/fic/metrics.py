@@ -1,4 +1,5 @@
-"""Pure metric functions: rates with intervals, % changed, agreement (kappa), Lost-in-Conversation scores, regret.
+"""Pure metric functions: rates with intervals, % changed, agreement (kappa), Lost-in-Conversation scores and
+recovery, regret.
 
 Every function here takes plain Python data (lists, dicts, numbers) and returns plain data, so each one can be
 tested on hand-built inputs against hand-computed values.
@@ -66,6 +67,44 @@ def lic_scores(scores_by_task: dict[str, list[float]]) -> dict:
         "U90_10": mean([percentile(s, 90) - percentile(s, 10) for s in tasks]),
         "n_tasks": len(tasks),
     }
+
+
+def recovery(p_full_before: float, p_sharded_before: float, p_sharded_after: float) -> dict:
+    """Recovery of a trained model: the share of the multi-turn gap that training closed, fic's one definition.
+
+        recovery = (P_sharded_after - P_sharded_before) / (P_full_before - P_sharded_before)
+
+    0 means the sharded view did not move, 1 that it reached the single-turn score of the model before training,
+    above 1 that it passed it, below 0 that it fell. With no gap before training (P_full_before <= P_sharded_before)
+    there is nothing to close: the value is None and `reason` says why; nothing is divided by zero.
+
+    A single evaluation without a before and after has no recovery: its P_sharded / P_full is `sharded_over_full`.
+
+    Returns:
+        `dict`: `{"recovery": float | None, "gap_before": P_full_before - P_sharded_before,
+        "closed": P_sharded_after - P_sharded_before, "reason": str | None}`.
+    """
+    gap = p_full_before - p_sharded_before
+    closed = p_sharded_after - p_sharded_before
+    if gap <= 0:
+        reason = (f"no multi-turn gap before training (P_full {p_full_before:.4g} <= P_sharded "
+                  f"{p_sharded_before:.4g}): there is no gap to close")  # fmt: skip
+        return {"recovery": None, "gap_before": gap, "closed": closed, "reason": reason}
+    return {"recovery": closed / gap, "gap_before": gap, "closed": closed, "reason": None}
+
+
+def recovery_target(p_full_before: float, p_sharded_before: float, share_of_full: float) -> float | None:
+    """The `recovery` at which P_sharded_after = `share_of_full` x P_full_before.
+
+    A paper that states its result as a ratio ("P_sharded after training is 92% of single-turn P") is read on the
+    gap-closed scale through this: recovery >= (s P_full - P_sharded) / (P_full - P_sharded), with the before scores
+    of the same run, is the same statement as P_sharded_after >= s P_full_before. At or below 0 the model met the
+    ratio before training. None where `recovery` is None (no gap before training).
+    """
+    gap = p_full_before - p_sharded_before
+    if gap <= 0:
+        return None
+    return (share_of_full * p_full_before - p_sharded_before) / gap
 
 
 def _paired(a: list, b: list) -> None:

@@ -23,6 +23,8 @@ from fic.data.splits import load_training
 from fic.data.synthetic import make_tasks, vasd_shard_rows
 from fic.eval.lic import LiCTask, evaluate_views, run_lic
 from fic.generation import HFBackend
+from fic.metrics import recovery as gap_closed
+from fic.metrics import recovery_target
 from fic.modeling import ModelArguments, resolve_model_name
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
@@ -32,6 +34,8 @@ from fic.trainers.vasd.trainer import VASDConfig, VASDTrainer
 logger = logging.getLogger(__name__)
 
 CONFIG_CLASS = VASDConfig
+# The paper's result as a ratio, P_sharded(after) >= 0.92 P_full; checked on the recovery scale (`recovery_target`).
+PAPER_SHARDED_OVER_FULL = 0.92
 
 
 def load_rows(path: str) -> list[dict]:
@@ -95,7 +99,7 @@ def _lic_after(output_dir: str, test) -> dict:
     backend = HFBackend(output_dir, batch_size=256)
     tasks = [LiCTask(t.id, t.full_prompt, list(t.shards), t.check) for t in test]
     summary = run_lic(backend, backend.tokenizer, tasks, lic_dir, max_new_tokens=8, chunk_size=256, model=output_dir)
-    return {k: summary[k] for k in ("p_full", "p_concat", "p_sharded", "recovery") if k in summary}
+    return {k: summary[k] for k in ("p_full", "p_concat", "p_sharded", "sharded_over_full") if k in summary}
 
 
 def print_views(result: dict) -> None:
@@ -105,7 +109,12 @@ def print_views(result: dict) -> None:
     print(f"\n{'':34}{'before':>8}{'after':>8}")
     for name, key in rows:
         print(f"{name:34}{result['before'][key]:8.3f}{result['after'][key]:8.3f}")
-    print(f"{'recovery p_sharded/p_full(before)':34}{'':8}{result['recovery']:8.3f}")
+    rec = result["recovery"]
+    target = result.get("recovery_target")
+    value = f"{rec:8.3f}" if rec is not None else f"     n/a ({result.get('recovery_reason')})"
+    if target is not None:
+        value += f"  (target {target:.3f}: p_sharded >= {PAPER_SHARDED_OVER_FULL} p_full(before))"
+    print(f"{'recovery (share of the gap closed)':34}{'':8}{value}")
     print("checks: " + ", ".join(f"{k}={'ok' if v else 'FAILED'}" for k, v in result["checks"].items()))
 
 
@@ -133,8 +142,13 @@ def synthetic_run(run, start: float) -> None:
     p_sharded) before and after training. Each training row's student view is the sharded conversation that the
     current student plays itself, its teacher view one single-turn phrasing (`fic.data.synthetic.vasd_shard_rows`).
     Then `fic lic` runs on the saved model (OUTPUT_DIR/lic/), the checks are made (a multi-turn gap before that
-    CONCAT does not show, recovery p_sharded(after) / p_full(before) >= 0.92, single-turn views kept), all of it goes
-    to OUTPUT_DIR/eval_summary.json and the before/after table is printed.
+    CONCAT does not show, recovery at least the paper's target, single-turn views kept), all of it goes to
+    OUTPUT_DIR/eval_summary.json and the before/after table is printed.
+
+    Recovery is the share of the multi-turn gap closed, `fic.metrics.recovery`: (p_sharded(after) -
+    p_sharded(before)) / (p_full(before) - p_sharded(before)); None, with the reason, without a gap before. The
+    paper's "p_sharded(after) >= 0.92 p_full" is checked on that scale: recovery >= `fic.metrics.recovery_target`
+    (the same statement at these before scores), written as `recovery_target`.
     """
     args = run.args
     steps = args.synthetic_task_steps
@@ -170,22 +184,25 @@ def synthetic_run(run, start: float) -> None:
         return
     logger.info("before VASD: %s", before.summary())
     logger.info("after VASD: %s", after.summary())
-    recovery = after.p_sharded / before.p_full if before.p_full else 0.0
+    rec = gap_closed(before.p_full, before.p_sharded, after.p_sharded)
+    target = recovery_target(before.p_full, before.p_sharded, PAPER_SHARDED_OVER_FULL)
     eps = 1e-9  # scores are counts / n: compare without float noise (1.0 - 0.02 vs 196 / 200)
     checks = {
         "gap_before": before.p_sharded < 0.8 * before.p_full,
         "concat_like_full_before": abs(before.p_concat - before.p_full) <= 0.05 + eps,
-        "recovery_at_least_0.92": recovery >= 0.92 - eps,
+        "recovery_at_least_target": rec["recovery"] is not None and rec["recovery"] >= target - eps,
         "full_kept": after.p_full >= before.p_full - 0.02 - eps,
         "concat_kept": after.p_concat >= before.p_concat - 0.02 - eps,
     }
     lic = _lic_after(args.output_dir, test)
     timings["total"] = time.time() - start
     write_summary(
-        args.output_dir, before.summary(), after.summary(), recovery=recovery, checks=checks,
+        args.output_dir, before.summary(), after.summary(), recovery=rec["recovery"], recovery_reason=rec["reason"],
+        recovery_target=target, checks=checks,
         passed=all(checks.values()), timings_s=timings, wall_s=round(time.time() - start, 1), lic_after=lic, **summary,
     )  # fmt: skip
-    print_views({"before": before.summary(), "after": after.summary(), "recovery": recovery, "checks": checks})
+    print_views({"before": before.summary(), "after": after.summary(), "recovery": rec["recovery"],
+                 "recovery_reason": rec["reason"], "recovery_target": target, "checks": checks})  # fmt: skip
 
 
 def main(recipe) -> None:

@@ -5,13 +5,15 @@
     python scripts/judge_labels.py collect outputs/label_review --out labels/followup
 
 `pool` merges the probe folders' samples.jsonl, drops every judge field (label, genuine, confidence, rationale,
-judge) so not even the files an annotator could open hold a verdict, assigns each *item* (dataset, item_id) to
-train / dev / test (per dataset, by a fixed hash order: half train, a fifth dev, the rest test; all samples of an
-item share its split), and writes three `fic review` folders: `A` and `B` (the items split in two halves, each
-labelled by one annotator; a half may be split further, by item, into `A1`, `A2`, ... for more annotators) and `double` (100 samples drawn from both halves, labelled again by a third annotator
-who never sees the first labels). `collect` joins the annotations back (`fic review` writes them into
-`FOLDER/review/annotations.json`) and writes `labels.jsonl` (one row per sample: identity, messages, user_turn,
-split, label, genuine, annotator) and `double.jsonl` (the second labels), then prints the double-labelling kappa.
+judge, generic_genuine) so not even the files an annotator could open hold a verdict, assigns each *item* (dataset,
+item_id) to train / dev / test (per dataset, by a fixed hash order: half train, a fifth dev, the rest test; all
+samples of an item share its split), and writes three `fic review` folders: `A` and `B` (the items split in two
+halves, each labelled by one annotator; a half may be split further, by item, into `A1`, `A2`, ... for more
+annotators) and `double` (100 samples drawn from both halves, labelled again by a third annotator who never sees the
+first labels). `collect` joins the annotations back (`fic review` writes them into `FOLDER/review/annotations.json`)
+and writes `labels.jsonl` (one row per sample: identity, messages, user_turn, split, label, genuine, annotator,
+reader) and `double.jsonl` (the second labels), then prints the double-labelling kappa. `annotator` is who labelled,
+`reader` the reader id of the `fic review` plan (`r1` for a folder with one reader).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import random
 import sys
 from pathlib import Path
 
-JUDGE_FIELDS = ("label", "genuine", "confidence", "rationale", "judge", "extra", "correct")
+JUDGE_FIELDS = ("label", "genuine", "confidence", "rationale", "judge", "extra", "correct", "generic_genuine")
 SPLITS = (("train", 0.5), ("dev", 0.2), ("test", 0.3))
 
 
@@ -79,15 +81,11 @@ def pool(args) -> int:
 def _annotated(folder: Path) -> list[dict]:
     """The folder's samples with their annotations, in file order (only annotated ones)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from fic.eval.review.store import ReviewStore
+    from fic.eval.review.store import annotated_rows
 
-    store = ReviewStore(folder, seed=0)
-    rows = []
-    for key, row in store.rows.items():
-        note = store.annotations.get(key)
-        if note:
-            rows.append({**row, "label": note["label"], "genuine": note["genuine"], "annotator": note["annotator"]})
-    return rows
+    # read only: the folder's review plan (seed, sample, readers) is left as it is
+    return [{**row, **{k: note[k] for k in ("label", "genuine", "annotator", "reader")}}
+            for row, note in annotated_rows(folder)]  # fmt: skip
 
 
 def _identity(row: dict) -> str:

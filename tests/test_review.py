@@ -64,7 +64,7 @@ def test_annotations_are_saved_atomically_and_resume(tmp_path):
     assert result == {"ok": True, "done": 1, "next": 1, "estimate": None}  # withheld until every item is labelled
     saved = json.loads((tmp_path / "review" / "annotations.json").read_text())
     assert saved[first]["label"] == "meta_planning" and saved[first]["genuine"] is False
-    assert saved[first]["annotator"] == "ann"
+    assert saved[first]["annotator"] == "ann" and saved[first]["reader"] == "r1"
     assert not list((tmp_path / "review").glob("*.tmp"))
     # a new session (a reload, a restarted server) resumes after what is saved
     again = ReviewStore(tmp_path)
@@ -204,7 +204,8 @@ def test_api_roundtrip_and_refusals(live):
     assert status == 200 and json.loads(body)["done"] == 1
     assert json.loads(request(port, "GET", "/api/item?i=0")[2])["annotation"] == {"label": "new_task_prompt",
                                                                                  "genuine": False}  # fmt: skip
-    assert json.loads(request(port, "GET", "/api/agreement")[2])["annotated"] == 1
+    early = json.loads(request(port, "GET", "/api/agreement")[2])  # 1 of 5: nothing from the judge yet
+    assert early["annotated"] == 1 and "withheld" in early and "kappa" not in json.dumps(early)
     assert request(port, "DELETE", "/api/annotate")[0] == 405
 
 

@@ -236,7 +236,13 @@ def test_review_annotate_reload_and_inert_text(browser, review_server):
     browser.wait("document.getElementById('progress').textContent === '1 / 4 annotated'")
     saved = json.loads((directory / "review" / "annotations.json").read_text())
     assert list(saved.values()) == [
-        {"label": "meta_planning", "genuine": False, "annotator": "tester", "time": list(saved.values())[0]["time"]}
+        {
+            "label": "meta_planning",
+            "genuine": False,
+            "annotator": "tester",
+            "reader": "r1",
+            "time": list(saved.values())[0]["time"],
+        }
     ]
     assert list(saved) == [store.order[hostile]]
 
@@ -252,10 +258,18 @@ def test_review_annotate_reload_and_inert_text(browser, review_server):
     first_todo = next(i for i, key in enumerate(store.order) if key not in saved)
     browser.wait(f"document.getElementById('position').textContent === 'item {first_todo + 1} of 4'")
 
-    # the agreement page reports the kappa rows
+    # the agreement page withholds the kappa until the last label (it would tell the judge's verdicts)
+    browser.open(f"{base}/agreement")
+    browser.wait("document.getElementById('summary').textContent.includes('withheld')")
+    assert "1 of 4 items annotated" in browser.js("document.getElementById('summary').textContent")
+    assert browser.js("document.getElementById('kappa').hidden") is True
+    assert browser.js("document.querySelectorAll('#kappa tbody tr').length") == 0
+    for key in store.order:  # the rest labelled: now it reports the kappa rows
+        if key not in saved:
+            store.annotate(key, "new_task_prompt", False)
     browser.open(f"{base}/agreement")
     browser.wait("document.querySelectorAll('#kappa tbody tr').length === 2")
-    assert "1 of 4 items annotated" in browser.js("document.getElementById('summary').textContent")
+    assert "4 of 4 items annotated" in browser.js("document.getElementById('summary').textContent")
     assert browser.dialogs == [], f"model text ran as script: {browser.dialogs}"
 
 

@@ -1,10 +1,18 @@
-"""`fic review DIR [--port P]`: a blind manual-review web app to validate a follow-up judge by hand.
+"""`fic review DIR [DIR ...] [--sample N] [--readers K --reader R]`: a blind manual-review web app to validate a
+follow-up judge by hand.
 
-DIR holds the `samples.jsonl` that `fic probe` writes (`--sample N`: a random stratified sample of its turns, whose
-labels `fic rates DIR` turns into the calibrated estimate). The annotator sees one context and its generated user turn
-at a time, in a shuffled order, with no model name, dataset or judge label; picks the primary label and the binary
-genuine decision; and each annotation is saved at once (atomically). Reloading resumes where the annotator
-stopped. `/agreement` reports Cohen's kappa between the human and the judge.
+DIR holds the `samples.jsonl` that `fic probe` writes (`--sample N`: a random sample of N of its turns, stratified
+by dataset and temperature, whose labels `fic rates DIR` turns into the calibrated estimate). The annotator sees one
+context and its generated user turn at a time, in a shuffled order, with no model name, folder, dataset or anything
+the judge wrote; picks the primary label and the binary genuine decision; and each annotation is saved at once
+(atomically). Reloading resumes where the annotator stopped. `/agreement` reports Cohen's kappa between the human and
+the judge once every item of the session is labelled (not before: it would tell the judge's verdicts).
+
+Several folders (one per model, say) make one blind session: their drawn turns are pooled and dealt to `--readers K`
+readers (`r1` ... `rK`, or names separated by commas), each model's turns evenly (to within one turn per reader);
+each reader starts their own session with `--reader R` (on their own `--port`) and sees only their share, the models
+interleaved in a seeded random order. Each label still lands in its own folder (`DIR/labels.jsonl`, with `reader`
+and `annotator`), so `fic rates DIR` works as for a folder labelled alone. See `fic.eval.review.store`.
 
 Security. The server binds to 127.0.0.1 unless `--host` says otherwise. It serves a fixed list of its own static
 files and a small JSON API, nothing from the filesystem by request path, so no path can reach another file.
@@ -151,10 +159,12 @@ class ReviewHandler(BaseHTTPRequestHandler):
     do_DELETE = do_PATCH = do_PUT
 
 
-def make_server(directory: str | Path, host: str = "127.0.0.1", port: int = 8765, annotator: str = "annotator",
-                seed: int | None = None, sample: int | None = None) -> ThreadingHTTPServer:  # fmt: skip
-    """A ready (not yet serving) review server for `directory`; `port=0` picks a free port."""
-    store = ReviewStore(directory, annotator=annotator, seed=seed, sample=sample)
+def make_server(directory: str | Path | list, host: str = "127.0.0.1", port: int = 8765, annotator: str | None = None,
+                seed: int | None = None, sample: int | None = None, readers: int | str | list | None = None,
+                reader: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
+    """A ready (not yet serving) review server for one folder or a list of them (`ReviewStore`'s arguments);
+    `port=0` picks a free port."""
+    store = ReviewStore(directory, annotator=annotator, seed=seed, sample=sample, readers=readers, reader=reader)
     handler = type("BoundReviewHandler", (ReviewHandler,), {"store": store, "allowed_hosts": None})
     server_class = ThreadingHTTPServer
     if ":" in host:  # an IPv6 address
@@ -168,20 +178,32 @@ def make_server(directory: str | Path, host: str = "127.0.0.1", port: int = 8765
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", metavar="DIR", help="a `fic probe` output folder (holds samples.jsonl)")
+    parser.add_argument("directory", metavar="DIR", nargs="+",
+                        help="a `fic probe` output folder (holds samples.jsonl); several: one blind session over all "
+                        "of them, each label saved in its own folder")  # fmt: skip
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; the default keeps the app on this machine")  # fmt: skip
-    parser.add_argument("--annotator", default="annotator", help="name stored with each annotation")
-    parser.add_argument("--seed", type=int, help="shuffle seed (default: drawn once and kept in DIR/review)")
+    parser.add_argument("--annotator", help="who labels: stored with each label (default: the reader id)")
+    parser.add_argument("--seed", type=int, help="draw and shuffle seed (default: drawn once and kept in DIR/review)")
     parser.add_argument("--sample", type=int, metavar="N",
-                        help="label N turns drawn at random, stratified by dataset and temperature; the labels go to "
-                        "DIR/labels.jsonl and `fic rates DIR` adds the calibrated estimate (default: every turn)")  # fmt: skip
+                        help="label N turns of each DIR drawn at random, stratified by dataset and temperature; the "
+                        "labels go to DIR/labels.jsonl and `fic rates DIR` adds the calibrated estimate (default: "
+                        "every turn)")  # fmt: skip
+    parser.add_argument("--readers", metavar="K|NAMES",
+                        help="share the turns among K readers (r1 ... rK) or the named ones (comma-separated): each "
+                        "gets an equal share of every DIR's turns, disjoint from the others' (default: the saved "
+                        "plan's, else one reader)")  # fmt: skip
+    parser.add_argument(
+        "--reader", metavar="R", help="which reader of the plan this session is (needed with more than one reader)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    directories = args.directory if isinstance(args.directory, list) else [args.directory]
     try:
-        server = make_server(args.directory, args.host, args.port, args.annotator, args.seed, args.sample)
+        server = make_server(directories, args.host, args.port, args.annotator, args.seed, args.sample,
+                             args.readers, args.reader)  # fmt: skip
     except (ReviewError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -189,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         logger.warning("serving on %s: anyone who can reach it can read the samples and write annotations", host)
     shown = f"[{host}]" if ":" in host else host
-    print(f"fic review: {args.directory} at http://{shown}:{port}/ (agreement: /agreement); Ctrl-C to stop")
+    store = server.RequestHandlerClass.store
+    what = directories[0] if len(directories) == 1 else f"{len(directories)} folders"
+    if len(store.readers) > 1:
+        what += f", reader {store.reader} of {len(store.readers)} ({len(store.order)} turns)"
+    print(f"fic review: {what} at http://{shown}:{port}/ (agreement: /agreement); Ctrl-C to stop")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

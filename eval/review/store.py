@@ -1,21 +1,37 @@
-"""The data side of `fic review`: blind items from a probe's samples.jsonl, saved annotations, human-judge agreement.
+"""The data side of `fic review`: blind items from probes' samples.jsonl, saved annotations, human-judge agreement.
 
-Blindness. An item is shown by an opaque id (a hash of its identity fields) with only its context and generated
-user turn; the model, dataset, item id, temperature and the judge's label stay on the server. The order is a
-shuffle by a seed drawn once and kept in `DIR/review/order.json`, so every session of the same folder sees the same
-order and a reload resumes at the first item not yet annotated.
+Blindness. An item is shown by an opaque id with only its context and generated user turn; the model, folder,
+dataset, item id, temperature and everything the judge wrote (label, genuine, confidence, rationale, the generic
+floor's verdict) stay on the server. Nothing the reader can fetch depends on the judge until the reader's last item
+is labelled: the ids, the sample (stratified by dataset and temperature only), the order (a seeded shuffle), the
+progress counts and every API answer are the same whatever the judge said (`tests/test_review_blind.py` checks this
+by serving the same turns under two different judges). Then, and not before, `state()` carries the calibrated
+estimate and `agreement()` the kappa: the calibrated rate combines the labels with the judge's verdicts, and the
+confusion matrix names the judge's label of each turn, so either shown while labelling would tell the reader the
+judge's verdict on the turn just labelled.
 
-Sampling. `sample=N` serves N turns drawn at random, stratified by dataset and temperature with proportional
-allocation (so the labelled turns stay a uniform sample of the run, as the prediction-powered estimate assumes); the
-draw is kept in `DIR/review/order.json` with the seed. Every annotation also goes to `DIR/labels.jsonl` (the sample's
-key fields, `genuine`, `label` and the run's id), which `fic rates DIR` reads. Once every item is annotated,
-`state()` carries the calibrated estimate and its interval width; not before: the calibrated rate combines the labels
-with the judge's verdicts, so its move after each label would tell the reader the judge's verdict on that turn.
+Sampling. `sample=N` serves N turns of each folder drawn at random, stratified by dataset and temperature with
+proportional allocation (so the labelled turns stay a uniform sample of the run, as the prediction-powered estimate
+assumes). The plan (seed, N, readers) is kept in `DIR/review/order.json`, so every session of a folder draws the same
+turns and a reload resumes at the first item not yet annotated; `fic review DIR --sample N --seed S` draws the same
+turns of DIR whether DIR is reviewed alone or pooled with other folders.
 
-Saving. Annotations live in `DIR/review/annotations.json` ({id: {label, genuine, annotator, time}}), rewritten
-atomically (temp file + rename) after each one, so a crash never leaves half a file. `DIR/review/human_labels.jsonl`
-mirrors them in the judge-output format (dataset, item_id, temperature, perturbation, sample, label, genuine), so
-`fic judge-agreement` can compare the human with any judge file too.
+Several folders, several readers. `ReviewStore([DIR1, DIR2, ...], readers=2, reader="r1")` pools the drawn turns of
+every folder (each folder one model, say) and deals them to the readers: inside each folder, turn by turn in a
+shuffled order grouped by stratum, round robin, the deal carrying on from one folder to the next. So each reader gets
+each model's share to within one turn (and each stratum's), the readers' shares are disjoint and together cover the
+sample, and the totals differ by at most one. A reader sees only their own share, shuffled by the seed and the reader
+id, so the models are interleaved and no position says which folder a turn came from. Readers are named `r1` ... `rK`
+(`readers=K`) or by a list of names; each runs their own session (their own `fic review` process, on their own port),
+and all of them may write to the same folders at once.
+
+Saving. Each annotation lands in its own folder: `DIR/review/annotations.json` ({key: {label, genuine, annotator,
+reader, time}}) is read again, updated and rewritten atomically (temp file + rename) under a lock on
+`DIR/review/.lock`, so concurrent readers never lose each other's labels and a crash never leaves half a file. Then
+`DIR/labels.jsonl` (what `fic rates DIR` reads: the turn's key fields, `genuine`, `label`, `annotator`, `reader`, the
+run's id and `turn_sha`) and `DIR/review/human_labels.jsonl` (the judge-output format: model, dataset, item_id,
+temperature, perturbation, sample, label, genuine, annotator, reader, time; for `fic judge-agreement`) are rewritten
+from it. `reader` is the reader's id in the plan, `annotator` the name given at start (default: the reader id).
 """
 
 from __future__ import annotations
@@ -23,8 +39,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from fic.errors import FicError
@@ -35,11 +53,20 @@ from fic.metrics import agreement, cohen_kappa
 
 from ..rates import turn_sha
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: sessions of one folder must then not run at the same time
+    fcntl = None
+
 IDENTITY = ("model", "dataset", "item_id", "temperature", "perturbation", "sample")
+LABEL_FIELDS = ("dataset", "item_id", "temperature", "perturbation", "sample")
+# The reader of annotations saved before the plan named readers: those sessions had one reader per folder.
+LEGACY_READER = "r1"
+WITHHELD = "withheld until every item of this session is labelled: shown earlier, it would tell the judge's verdicts"
 
 
 class ReviewError(FicError, ValueError):
-    """A bad review folder or a bad annotation; the message says what to fix."""
+    """A bad review folder, plan or annotation; the message says what to fix."""
 
 
 def _labels() -> dict[str, str]:
@@ -50,12 +77,47 @@ def _genuine_label() -> str:
     return GENUINE_FOLLOWUP
 
 
-class ReviewStore:
-    """Items, order and annotations of one review folder (thread-safe)."""
+def stratum(row: dict) -> tuple[str, float]:
+    """What a sample is stratified by: dataset and temperature, never anything the judge wrote."""
+    return str(row.get("dataset")), float(row.get("temperature") or 0.0)
 
-    def __init__(self, directory: str | Path, annotator: str = "annotator", seed: int | None = None,
-                 sample: int | None = None):  # fmt: skip
+
+def parse_readers(value) -> list[str]:
+    """The reader ids of a plan from `--readers`: a count K (readers `r1` ... `rK`) or names separated by commas."""
+    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value)):
+        count = int(value)
+        if count < 1:
+            raise ReviewError(f"--readers {count}: give at least one reader (a count, or names separated by commas)")
+        return [f"r{i}" for i in range(1, count + 1)]
+    names = [str(n).strip() for n in (value.split(",") if isinstance(value, str) else value)]
+    if not names or any(not n for n in names) or len(set(names)) < len(names):
+        raise ReviewError(f"--readers {value!r}: give a count or distinct, non-empty names separated by commas")
+    return names
+
+
+@contextmanager
+def _folder_lock(review_dir: Path):
+    """An exclusive lock on `review_dir` across processes: readers' sessions may save to one folder at once."""
+    review_dir.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(review_dir / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class ReviewFolder:
+    """One `fic probe` folder of a review: its samples by key, its drawn sample, its saved annotations."""
+
+    def __init__(self, directory: str | Path):
         self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise ReviewError(f"{self.directory}: no such folder; point `fic review` at folders written by "
+                              "`fic probe` (each holds samples.jsonl)")  # fmt: skip
         path = self.directory / "samples.jsonl"
         if not path.is_file():
             raise ReviewError(f"{path} not found; point `fic review` at a folder written by `fic probe` (it holds "
@@ -63,7 +125,6 @@ class ReviewStore:
         rows = load_done(path)
         if not rows:
             raise ReviewError(f"{path} holds no samples; run `fic probe` first")
-        self.annotator = annotator
         self.review_dir = self.directory / "review"
         self.rows: dict[str, dict] = {}
         seen: dict[str, int] = {}
@@ -73,23 +134,24 @@ class ReviewStore:
                                   "`fic probe` writes them")  # fmt: skip
             ident = json.dumps([row.get(k) for k in IDENTITY], sort_keys=True, default=str)
             seen[ident] = seen.get(ident, 0) + 1
-            key = hashlib.sha256(f"{ident}#{seen[ident]}".encode()).hexdigest()[:16]
-            self.rows[key] = row
-        self.order = self._order(seed, sample)
+            self.rows[hashlib.sha256(f"{ident}#{seen[ident]}".encode()).hexdigest()[:16]] = row
+        plan_path = self.review_dir / "order.json"
+        try:
+            self.saved_plan: dict = json.loads(plan_path.read_text()) if plan_path.is_file() else {}
+        except ValueError as err:
+            raise ReviewError(f"{plan_path} is not valid JSON ({err}); move it away to draw again") from None
         self.run_id = _run_id(self.directory)
-        self._lock = threading.Lock()
-        self.annotations: dict[str, dict] = self._load_annotations()
+        self.order: list[str] = []
+        self.annotations = self._load_annotations()
 
-    def _order(self, seed: int | None, sample: int | None) -> list[str]:
-        state_path = self.review_dir / "order.json"
-        saved = json.loads(state_path.read_text()) if state_path.is_file() else {}
-        if seed is None:
-            seed = saved.get("seed", random.SystemRandom().randrange(2**31))
-        if sample is None:
-            sample = saved.get("sample")
-        if sample is not None and not 0 < sample:
-            raise ReviewError(f"--sample {sample}: give a positive number of turns to label")
-        write_json(state_path, {"seed": seed, "sample": sample})
+    @property
+    def fingerprint(self) -> str:
+        """The same for the same turns wherever the folder lies (its keys only; nothing the judge wrote)."""
+        return hashlib.sha256(",".join(sorted(self.rows)).encode()).hexdigest()
+
+    def draw(self, seed: int, sample: int | None) -> list[str]:
+        """The keys to label, in a shuffled order: every turn, or `sample` of them stratified by dataset and
+        temperature with proportional allocation (largest remainders), uniform inside each stratum."""
         rng = random.Random(seed)
         if sample is None or sample >= len(self.rows):
             order = sorted(self.rows)
@@ -97,15 +159,13 @@ class ReviewStore:
             return order
         strata: dict[tuple, list[str]] = {}
         for key in sorted(self.rows):
-            row = self.rows[key]
-            strata.setdefault((str(row.get("dataset")), float(row.get("temperature") or 0.0)), []).append(key)
-        # Proportional allocation with the largest remainders, then a uniform draw inside each stratum.
+            strata.setdefault(stratum(self.rows[key]), []).append(key)
         quotas = {s: sample * len(keys) / len(self.rows) for s, keys in strata.items()}
         counts = {s: int(q) for s, q in quotas.items()}
         for s in sorted(quotas, key=lambda s: (counts[s] - quotas[s], s))[: sample - sum(counts.values())]:
             counts[s] += 1
         order = [key for s, keys in sorted(strata.items()) for key in rng.sample(keys, counts[s])]
-        rng.shuffle(order)
+        rng.shuffle(order)  # the draw went stratum by stratum: the order must not say which stratum a turn is from
         return order
 
     def _load_annotations(self) -> dict[str, dict]:
@@ -118,21 +178,37 @@ class ReviewStore:
             raise ReviewError(f"{path} is not valid JSON ({err}); restore it or move it away to start over") from None
         return {k: v for k, v in saved.items() if k in self.rows}
 
-    # what the browser may see -------------------------------------------------------------------------------
+    def save(self, key: str, note: dict) -> None:
+        """Add one annotation to the folder's files: read again under the folder's lock (other readers may have
+        saved since), updated, and written back atomically with the label files made from it."""
+        with _folder_lock(self.review_dir):
+            path = self.review_dir / "annotations.json"
+            saved = json.loads(path.read_text()) if path.is_file() else {}
+            saved[key] = note
+            write_json(path, saved)
+            self.annotations = {k: v for k, v in saved.items() if k in self.rows}
+            self._write_labels()
 
-    def labels(self) -> list[dict]:
-        return [{"name": k, "description": v} for k, v in _labels().items()]
-
-    def state(self) -> dict:
-        with self._lock:
-            return {"total": len(self.order), "done": len(self.annotations), "next": self._next(),
-                    "annotator": self.annotator, "labels": self.labels(), "estimate": self._estimate_when_done()}  # fmt: skip
+    def _write_labels(self) -> None:
+        """`DIR/review/human_labels.jsonl` (the judge-output format) and `DIR/labels.jsonl` (what `fic rates DIR`
+        reads), the annotated turns of the folder's sample in its order, both rewritten atomically."""
+        annotated = [key for key in self.order if key in self.annotations]
+        notes = {key: {"reader": LEGACY_READER, **self.annotations[key]} for key in annotated}
+        human = [
+            {**{k: self.rows[key][k] for k in IDENTITY if k in self.rows[key]}, **notes[key]} for key in annotated
+        ]
+        write_rows(self.review_dir / "human_labels.jsonl", human)
+        run = [{**{k: self.rows[key][k] for k in LABEL_FIELDS if k in self.rows[key]},
+                **{k: notes[key].get(k) for k in ("genuine", "label", "annotator", "reader")}, "run_id": self.run_id,
+                "turn_sha": turn_sha(self.rows[key]["user_turn"])}
+               for key in annotated]  # fmt: skip
+        write_rows(self.directory / "labels.jsonl", run)
 
     def estimate(self) -> dict | None:
-        """The calibrated (PPI++) rate of the whole run from the labels so far, beside the labels alone, with each
+        """The calibrated (PPI++) rate of the whole run from its labels so far, beside the labels alone, with each
         interval's width (None before two labels, or when the judge's verdicts are not in the samples)."""
         rows = [r for r in self.rows.values() if r.get("genuine") is not None]
-        labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items() if k in self.rows}
+        labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items()}
         try:
             out = calibrated(rows, labels)
         except (KeyError, TypeError, ValueError):  # rows without the sample key fields
@@ -140,78 +216,208 @@ class ReviewStore:
         if out is None:
             return None
         width = lambda c: c["high"] - c["low"]  # noqa: E731
-        return {"n_labels": out["n_labels"], "calibrated": {**{k: out[k] for k in ("rate", "low", "high")},
-                "width": width(out)}, "labels_only": {**out["labels_only"], "width": width(out["labels_only"])}}  # fmt: skip
+        calibrated_rate = {**{k: out[k] for k in ("rate", "low", "high")}, "width": width(out)}
+        labels_only = {**out["labels_only"], "width": width(out["labels_only"])}
+        return {"n_labels": out["n_labels"], "calibrated": calibrated_rate, "labels_only": labels_only}
 
-    def _estimate_when_done(self) -> dict | None:
-        """`estimate()` once every item is annotated, else None: shown while labelling, it would unblind the reader."""
-        return self.estimate() if self._next() is None else None
+
+def annotated_rows(directory: str | Path) -> list[tuple[dict, dict]]:
+    """(sample row, annotation) of every annotated turn of a review folder, in file order; its plan is left as is."""
+    folder = ReviewFolder(directory)
+    return [(row, {"reader": LEGACY_READER, **folder.annotations[key]})
+            for key, row in folder.rows.items() if key in folder.annotations]  # fmt: skip
+
+
+def _agreed(folders: list[ReviewFolder], name: str):
+    """The plan value `name` the folders were saved with (None if none was), or an error when they differ."""
+    values = {json.dumps(f.saved_plan[name]): f.saved_plan[name] for f in folders if name in f.saved_plan}
+    if len(values) > 1:
+        saved = ", ".join(f"{f.directory}: {f.saved_plan.get(name)}" for f in folders)
+        raise ReviewError(f"the folders were planned with different --{name} ({saved}); pass --{name} to choose one")
+    return next(iter(values.values()), None)
+
+
+class ReviewStore:
+    """The blind session of one reader over one or more review folders (thread-safe).
+
+    `directory`: one folder or a list of them. `readers`: a count or a list of reader ids (default: the saved plan's,
+    else one reader); `reader`: which of them this session is (needed when there are several). `annotator`: the name
+    stored with each label (default: the reader id). `seed`, `sample`: as in the module docstring (default: the saved
+    plan's; a new seed is drawn and kept when there is none)."""
+
+    def __init__(self, directory: str | Path | list, annotator: str | None = None, seed: int | None = None,
+                 sample: int | None = None, readers: int | str | list | None = None,
+                 reader: str | None = None):  # fmt: skip
+        paths = [directory] if isinstance(directory, (str, Path)) else list(directory)
+        if not paths:
+            raise ReviewError("give at least one folder written by `fic probe`")
+        folders = [ReviewFolder(p) for p in paths]
+        resolved = [f.directory.resolve() for f in folders]
+        twice = next((f.directory for f, r in zip(folders, resolved) if resolved.count(r) > 1), None)
+        if twice is not None:
+            raise ReviewError(f"{twice} is given twice; name each folder once")
+        # A canonical order, so every reader's session deals the same plan whatever order the folders were named in.
+        folders.sort(key=lambda f: (f.fingerprint, str(f.directory.resolve())))
+        self.folders = folders
+        if sample is None:
+            sample = _agreed(folders, "sample")
+        if sample is not None and not 0 < sample:
+            raise ReviewError(f"--sample {sample}: give a positive number of turns to label")
+        if seed is None:
+            seed = _agreed(folders, "seed")
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31)
+        planned = _agreed(folders, "readers")
+        self.readers = parse_readers(readers if readers is not None else planned if planned is not None else 1)
+        if reader is None and len(self.readers) == 1:
+            reader = self.readers[0]
+        if reader is None or not str(reader).strip():
+            raise ReviewError(f"the plan has {len(self.readers)} readers ({', '.join(self.readers)}): say which one "
+                              "this session is with --reader")  # fmt: skip
+        if reader not in self.readers:
+            raise ReviewError(f"--reader {reader!r} is not a reader of the plan ({', '.join(self.readers)}); "
+                              "pass one of them, or --readers to plan again")  # fmt: skip
+        self.reader = reader
+        self.annotator = annotator or reader
+        self.seed, self.sample = seed, sample
+        for folder in folders:
+            folder.order = folder.draw(seed, sample)
+            with _folder_lock(folder.review_dir):  # other readers' sessions may be starting too
+                write_json(folder.review_dir / "order.json", {"seed": seed, "sample": sample, "readers": self.readers})
+        self.pooled = len(folders) > 1
+        self._place = {id(folder): n for n, folder in enumerate(folders)}
+        self._where: dict[str, tuple[ReviewFolder, str]] = {}
+        self.rows: dict[str, dict] = {}
+        for folder in folders:
+            for key, row in folder.rows.items():
+                item_id = self._id(folder, key)
+                self._where[item_id] = (folder, key)
+                self.rows[item_id] = row
+        self.order = self._deal()
+        self._mine = set(self.order)
+        self._lock = threading.Lock()
+        if not self.pooled:  # the single-folder attributes callers know
+            first = folders[0]
+            self.directory, self.review_dir, self.run_id = first.directory, first.review_dir, first.run_id
+
+    def _id(self, folder: ReviewFolder, key: str) -> str:
+        """An opaque item id: the folder's own key when it is alone; pooled, a hash of the folder's place and the key,
+        so two folders' copies of one turn stay apart and no id names its folder."""
+        if not self.pooled:
+            return key
+        return hashlib.sha256(f"{self._place[id(folder)]}:{key}".encode()).hexdigest()[:16]
+
+    def shares(self) -> dict[str, list[str]]:
+        """Every reader's item ids, before this reader's shuffle: each folder's drawn turns grouped by stratum (in
+        the folder's shuffled order inside a stratum) and dealt round robin, the deal carrying on across folders."""
+        shares: dict[str, list[str]] = {r: [] for r in self.readers}
+        turn = random.Random(f"fic-review-deal:{self.seed}").randrange(len(self.readers))
+        for folder in self.folders:
+            for key in sorted(folder.order, key=lambda k: stratum(folder.rows[k])):  # sorted() is stable
+                shares[self.readers[turn % len(self.readers)]].append(self._id(folder, key))
+                turn += 1
+        return shares
+
+    def _deal(self) -> list[str]:
+        if not self.pooled and len(self.readers) == 1:
+            return list(self.folders[0].order)  # the folder's own shuffled order, as a single-folder review always had
+        mine = self.shares()[self.reader]
+        random.Random(f"fic-review-order:{self.seed}:{self.reader}").shuffle(mine)  # interleave models and strata
+        return mine
+
+    @property
+    def annotations(self) -> dict[str, dict]:
+        """{item id: annotation} of every saved annotation of the session's folders (any reader's)."""
+        return {self._id(f, k): note for f in self.folders for k, note in f.annotations.items()}
+
+    # what the browser may see -------------------------------------------------------------------------------
+
+    def labels(self) -> list[dict]:
+        return [{"name": k, "description": v} for k, v in _labels().items()]
+
+    def state(self) -> dict:
+        with self._lock:
+            return {"total": len(self.order), "done": self._done(), "next": self._next(), "annotator": self.annotator,
+                    "reader": self.reader, "labels": self.labels(), **self._estimates_when_done()}  # fmt: skip
+
+    def estimate(self) -> dict | None:
+        """The calibrated rate of the run (one folder; None when pooled: see `estimates`)."""
+        return None if self.pooled else self.folders[0].estimate()
+
+    def estimates(self) -> dict[str, dict | None]:
+        """{folder: its calibrated rate} of each folder of the session."""
+        return {str(f.directory): f.estimate() for f in self.folders}
+
+    def _estimates_when_done(self) -> dict:
+        """The estimate(s) once every item of the session is annotated, else None: shown while labelling, their move
+        after each label would tell the reader the judge's verdict. Pooled, the folders are named only then."""
+        done = self._next() is None
+        out = {"estimate": self.estimate() if done else None}
+        if self.pooled:
+            out["estimates"] = self.estimates() if done else None
+        return out
+
+    def _done(self) -> int:
+        return sum(self._saved(item_id) is not None for item_id in self.order)
+
+    def _saved(self, item_id: str) -> dict | None:
+        folder, key = self._where[item_id]
+        return folder.annotations.get(key)
 
     def _next(self) -> int | None:
-        for i, key in enumerate(self.order):
-            if key not in self.annotations:
+        for i, item_id in enumerate(self.order):
+            if self._saved(item_id) is None:
                 return i
         return None
 
     def item(self, index: int) -> dict:
         if not 0 <= index < len(self.order):
             raise ReviewError(f"item index {index} is out of range 0..{len(self.order) - 1}")
-        key = self.order[index]
-        row = self.rows[key]
+        item_id = self.order[index]
+        row = self.rows[item_id]
         messages = [{"role": str(m.get("role", "?")), "content": _text(m.get("content"))}
                     for m in row["messages"] if isinstance(m, dict)]  # fmt: skip
         with self._lock:
-            saved = self.annotations.get(key)
+            saved = self._saved(item_id)
         annotation = {"label": saved["label"], "genuine": saved["genuine"]} if saved else None
-        return {"id": key, "index": index, "total": len(self.order), "messages": messages,
+        return {"id": item_id, "index": index, "total": len(self.order), "messages": messages,
                 "user_turn": row["user_turn"], "annotation": annotation}  # fmt: skip
 
     # saving -------------------------------------------------------------------------------------------------
 
-    def annotate(self, key: str, label: str, genuine: bool) -> dict:
-        if not isinstance(key, str) or key not in self.rows:
-            raise ReviewError(f"id {key!r:.40} is not an item of this review")
+    def annotate(self, item_id: str, label: str, genuine: bool) -> dict:
+        if not isinstance(item_id, str) or item_id not in self._mine:
+            raise ReviewError(f"id {item_id!r:.40} is not an item of this review")
         if not isinstance(label, str) or label not in _labels():
             raise ReviewError(f"label {label!r:.40} is not a follow-up label; valid: {sorted(_labels())}")
         if not isinstance(genuine, bool):
             raise ReviewError(f"genuine must be true or false, got {genuine!r}")
+        folder, key = self._where[item_id]
         with self._lock:
-            self.annotations[key] = {"label": label, "genuine": genuine, "annotator": self.annotator,
-                                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
-            write_json(self.review_dir / "annotations.json", self.annotations)
-            self._write_human_labels()
-            return {"ok": True, "done": len(self.annotations), "next": self._next(),
-                    "estimate": self._estimate_when_done()}  # fmt: skip
-
-    def _write_human_labels(self) -> None:
-        """`DIR/review/human_labels.jsonl` (the judge-output format) and `DIR/labels.jsonl` (what `fic rates DIR`
-        reads: the sample's key fields, genuine, label, annotator and the run's id), both rewritten atomically."""
-        annotated = [key for key in self.order if key in self.annotations]
-        human = [{**{k: self.rows[key][k] for k in IDENTITY if k in self.rows[key]}, **self.annotations[key]}
-                 for key in annotated]  # fmt: skip
-        write_rows(self.review_dir / "human_labels.jsonl", human)
-        fields = ("dataset", "item_id", "temperature", "perturbation", "sample")
-        run = [{**{k: self.rows[key][k] for k in fields if k in self.rows[key]},
-                **{k: self.annotations[key][k] for k in ("genuine", "label", "annotator")}, "run_id": self.run_id,
-                "turn_sha": turn_sha(self.rows[key]["user_turn"])}
-               for key in annotated]  # fmt: skip
-        write_rows(self.directory / "labels.jsonl", run)
+            folder.save(key, {"label": label, "genuine": genuine, "annotator": self.annotator, "reader": self.reader,
+                              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})  # fmt: skip
+            return {"ok": True, "done": self._done(), "next": self._next(), **self._estimates_when_done()}
 
     # agreement ----------------------------------------------------------------------------------------------
 
     def agreement(self) -> dict:
-        """Human vs judge on the annotated items: Cohen's kappa and raw agreement on the label and on the binary
-        decision, and the label confusion matrix. Items the judge could not decide (judge_error) are excluded."""
+        """Human vs judge on the session's items, once all are annotated: Cohen's kappa and raw agreement on the
+        label and on the binary decision, and the label confusion matrix. Items the judge could not decide
+        (judge_error) are excluded. Before, only the progress and why the rest is withheld (each new row of the
+        confusion matrix would name the judge's label of the turn just labelled)."""
         with self._lock:
-            annotated = dict(self.annotations)
+            notes = {item_id: self._saved(item_id) for item_id in self.order}
+        annotated = {item_id: note for item_id, note in notes.items() if note is not None}
+        if len(annotated) < len(self.order):
+            return {"annotated": len(annotated), "total": len(self.order), "withheld": WITHHELD}
         pairs, excluded = [], 0
-        for key, human in annotated.items():
-            judge_label, judge_genuine = self.rows[key].get("label"), self.rows[key].get("genuine")
+        for item_id, human in annotated.items():
+            judge_label, judge_genuine = self.rows[item_id].get("label"), self.rows[item_id].get("genuine")
             if judge_label not in _labels() or judge_genuine is None:
                 excluded += 1
                 continue
             pairs.append((human["label"], judge_label, human["genuine"], bool(judge_genuine)))
-        out = {"annotated": len(annotated), "total": len(self.rows), "n": len(pairs), "excluded": excluded,
+        out = {"annotated": len(annotated), "total": len(self.order), "n": len(pairs), "excluded": excluded,
                "label": None, "binary": None, "confusion": {}, "labels": list(_labels())}  # fmt: skip
         if pairs:
             h_lab, j_lab, h_bin, j_bin = (list(col) for col in zip(*pairs))

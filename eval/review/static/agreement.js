@@ -21,6 +21,13 @@ async function start() {
     summary.textContent = `could not load: ${err.message}`;
     return;
   }
+  if (a.withheld) {  // before the last label: nothing derived from the judge is sent
+    summary.textContent = `${a.annotated} of ${a.total} items annotated; agreement ${a.withheld}.`;
+    document.getElementById("kappa").hidden = true;
+    document.getElementById("confusion").hidden = true;
+    document.getElementById("confusion-title").hidden = true;
+    return;
+  }
   summary.textContent = `${a.annotated} of ${a.total} items annotated; ${a.n} compared` +
     (a.excluded ? `, ${a.excluded} excluded (judge errors)` : "") + ".";
   const body = document.querySelector("#kappa tbody");

@@ -23,13 +23,19 @@ function setStatus(text, isError) {
   $("status").className = isError ? "error" : "";
 }
 
-function showProgress(done, estimate) {
+// The estimates arrive only once every item of the session is labelled (the server withholds them before).
+function describe(estimate) {
+  const c = estimate.calibrated;
+  const f = (x) => x.toFixed(3);
+  return `calibrated rate ${f(c.rate)} [${f(c.low)}, ${f(c.high)}], width ${f(c.width)}` +
+    ` (labels alone: ${f(estimate.labels_only.width)})`;
+}
+
+function showProgress(done, estimate, estimates) {
   let text = `${done} / ${state.total} annotated`;
-  if (estimate) {
-    const c = estimate.calibrated;
-    const f = (x) => x.toFixed(3);
-    text += ` · calibrated rate ${f(c.rate)} [${f(c.low)}, ${f(c.high)}], width ${f(c.width)}` +
-      ` (labels alone: ${f(estimate.labels_only.width)})`;
+  if (estimate) text += ` · ${describe(estimate)}`;
+  for (const [folder, e] of Object.entries(estimates || {})) {
+    text += ` · ${folder}: ${e ? describe(e) : "no estimate yet"}`;
   }
   $("progress").textContent = text;
 }
@@ -106,7 +112,7 @@ async function save() {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ id: state.item.id, label: label, genuine: genuine === "yes" }),
     });
-    showProgress(result.done, result.estimate);
+    showProgress(result.done, result.estimate, result.estimates);
     setStatus("saved", false);
     if (result.next !== null && result.next !== state.index) {
       await go(result.next);
@@ -146,7 +152,7 @@ async function start() {
     state.total = s.total;
     state.labels = s.labels;
     buildLabels();
-    showProgress(s.done, s.estimate);
+    showProgress(s.done, s.estimate, s.estimates);
     const match = /^#i=(\d+)$/.exec(location.hash);
     const wanted = match ? Number(match[1]) : s.next === null ? 0 : s.next;
     await go(Math.min(wanted, s.total - 1));

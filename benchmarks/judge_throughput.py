@@ -11,6 +11,10 @@ process after the encoder is loaded and warmed up (model load excluded):
 * `learned_cases_per_s`: the `learned` judge (the same rules plus the classifier of `fic.judges.classifier`, which
   needs the encoder's similarities for every case the rules leave open) on the same cases, timed in the same turns
   (target >= 50 on 2 cores); `learned_over_rules` = its time / the rules judge's time.
+* `contrast_cases_per_s`: the `learned` judge in its contrastive form (`make_judge("learned", contrast=True)`, the
+  judge of the collab filter and the follow-up RL reward: the turns it calls genuine are judged again after another
+  context's answer), same cases, same turns (target >= 50 on 2 cores); `contrast_over_learned` = its time / the
+  plain `learned` judge's.
 
 Contexts are the 30 MT-Bench first questions with their GPT-4 reference answers (question + answer cut to at most
 512 encoder tokens); each gets `samples` user turns, as a probe drawing several samples per context would: the real
@@ -153,6 +157,9 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
 
     learned = make_judge("learned")
     learned_verdicts = learned.judge(cases)  # loads the classifier file outside the timing
+    # The training form (collab filter, follow-up RL reward): the turns called genuine are judged again after a foil.
+    contrast = make_judge("learned", contrast=True)
+    contrast_verdicts = contrast.judge(cases)
 
     def run_judge():
         judge.judge(cases)
@@ -160,17 +167,21 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
     def run_learned():
         learned.judge(cases)
 
+    def run_contrast():
+        contrast.judge(cases)
+
     def run_encoder():
         for texts, kw in calls:
             encoder.encode(texts, **kw)
 
     cpu: dict[str, list[float]] = {}
     times = common.interleaved_times(
-        {"judge": run_judge, "encoder": run_encoder, "learned": run_learned}, args.repeats, max(1, args.warmup),
+        {"judge": run_judge, "encoder": run_encoder, "learned": run_learned, "contrast": run_contrast}, args.repeats,
+        max(1, args.warmup),
         "cpu", cpu,
     )  # fmt: skip
     t_judge, t_encoder = common.median(times["judge"]), common.median(times["encoder"])
-    t_learned = common.median(times["learned"])
+    t_learned, t_contrast = common.median(times["learned"]), common.median(times["contrast"])
     n_texts = sum(len(texts) for texts, _ in calls)
     cases_per_s = len(cases) / t_judge
     bound = len(cases) / t_encoder
@@ -186,6 +197,8 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         "cases_per_cpu_s": len(cases) / common.median(cpu["judge"]),
         "learned_cases_per_s": len(cases) / t_learned,
         "learned_over_rules": t_learned / t_judge,
+        "contrast_cases_per_s": len(cases) / t_contrast,
+        "contrast_over_learned": t_contrast / t_learned,
     }
     settings = dict(
         cases=len(cases), contexts=len(contexts), samples_per_context=s["samples"], data=source,
@@ -193,6 +206,7 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         encoder_batch_size=config.batch_size, encode_calls=len(calls), labels=dict(Counter(v.label for v in verdicts)),
         seconds_judge=times["judge"], seconds_encoder=times["encoder"], seconds_learned=times["learned"],
         learned_labels=dict(Counter(v.label for v in learned_verdicts)),
+        seconds_contrast=times["contrast"], contrast_labels=dict(Counter(v.label for v in contrast_verdicts)),
     )  # fmt: skip
     return figures, settings
 

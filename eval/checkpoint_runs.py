@@ -67,6 +67,7 @@ def resolve_config(args: argparse.Namespace) -> EvalConfig:
         "samples": args.samples, "limit": args.limit, "judge": args.judge, "judge_base_url": args.judge_base_url,
         "judge_model": args.judge_model, "backend": args.backend,
         "allow_judge_overlap": True if getattr(args, "allow_judge_overlap", False) else None,
+        "judge_contrast": True if getattr(args, "contrast", False) else None,
     }  # fmt: skip
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["enabled"] = True

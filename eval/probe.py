@@ -335,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
     perturbations = parse_list("--perturbations", args.perturbations, valid=PERTURBATIONS)
     for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
         load_source(spec, limit=args.limit)
-    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model)
+    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model, contrast=args.contrast)
     check_items(judge, datasets, args.limit, args.allow_judge_overlap, args.outside_judge_fit)  # before a model loads
     state = launch_state()  # under `accelerate launch` / torchrun: one group, the work split over its processes
     backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args, state))
@@ -369,7 +369,8 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
     """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics."""
-    judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
+    judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model,
+                       contrast=config.judge_contrast)
     summary = run_probe(
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,

@@ -17,7 +17,9 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
    the user turns of multi-turn HealthBench training items, of which this data has none: all 9 are held out),
    `template_unfiltered` (one template follow-up per context, "Why is it {x}?", "What do you mean by {w}?", drawn
    without a judge; `fic.data.followups`) and `template_filtered` (on the same contexts, the candidate the `learned`
-   judge calls genuine with most confidence: the judge that scores the result). No follow-ups sampled from a model.
+   judge, in its contrastive form, calls genuine with most confidence: genuine after this context's answer and not
+   after another's, `fic.judges.contrast`). No follow-ups sampled from a model. Follow-up RL's reward is contrastive
+   too (the recipe's `reward_judge_contrast`); the probes judge every model plainly, with the generic floor beside.
 4. The learning rate and steps: a grid (`sft.grid`) trained on a mix of a third of each arm's rows, each point
    probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
    minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
@@ -120,6 +122,10 @@ SETTINGS = {
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
     "arms": list(ARMS),
     "template_candidates": 6,
+    # The judge-filtered arm's filter and follow-up RL's reward judge contrastively (`fic.judges.contrast`): a turn
+    # also genuine after another context's answer is not kept / not rewarded. The probes judge plainly and report the
+    # generic floor beside every rate.
+    "training_judge": "contrast",
     "sft": {
         # Every arm: the same rows, steps and learning rate; no arm loses its trained turn to truncation (keep_end).
         "overrides": ["max_length=512", "truncation_mode=keep_end", "lr_scheduler_type=constant", "warmup_steps=0",
@@ -296,7 +302,7 @@ def build_arms(out: Path, paths: dict[str, Path], log: Path) -> dict:
     if not (judged_dir / "followups.jsonl").exists():
         repro.fic(["build-followups", *[a for spec in template_specs(paths) for a in ("--contexts", spec)],
                    "--candidates", "templates", "--samples", SETTINGS["template_candidates"], "--keep", 1,
-                   "--responses", "data", "--judge", repro.JUDGE, "--seed", SETTINGS["seed"], "--out", judged_dir],
+                   "--responses", "data", "--judge", repro.JUDGE, "--contrast", "--seed", SETTINGS["seed"], "--out", judged_dir],
                   log)  # fmt: skip
     arms = {"real": real, **template_arms(template_contexts(paths), _rows(judged_dir / "followups.jsonl"), len(real))}
     arms["mixed"] = mixed_arm(arms, len(real))
@@ -558,11 +564,13 @@ def review_command(folder: Path) -> str:
     return f"fic review {folder} --sample 30 --seed {SETTINGS['seed']}"
 
 
-def calibrated_rates(out: Path, models: list[str], committed: Path | None = None) -> dict:
+def calibrated_rates(out: Path, models: list[str], committed: Path | None = None,
+                     label_maps: dict | None = None) -> dict:  # fmt: skip
     """Per model: the calibrated (PPI) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
     `fic review ... --sample 30`), else from the committed `labels/followup/collab/MODEL.jsonl` (blind labels of an
     earlier run's turns: a label attaches only where its turn's text hashes the same in this run, and at least half
-    of them must; `committed_labels`), or the command to write them; labels are never made up here."""
+    of them must; `committed_labels`), or the command to write them; labels are never made up here. `label_maps`,
+    when given, receives each labelled model's `{row key: genuine}` (for `calibrated_differences`)."""
     committed = COMMITTED_LABELS if committed is None else committed
     from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, read_labels
     from fic.followup_summary import calibrated, row_key
@@ -591,6 +599,8 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
             result[name] = {**entry, "status": f"labels not usable: {err}", "n_labels": 0}
             continue
         label_map = {row_key(r): bool(r["genuine"]) for r in labels}
+        if label_maps is not None:
+            label_maps[name] = label_map
         by_dataset = {d: calibrated([r for r in rows if r["dataset"] == d], label_map) for d in DATASETS}
         status = f"{len(labels)} labels" + (
             f" ({changed} labelled turn(s) differ in this run: left out)" if changed else ""
@@ -599,6 +609,51 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
                         "labelled_rate": sum(label_map.values()) / len(label_map) if label_map else None,
                         "overall": calibrated(rows, label_map), "by_dataset": by_dataset}  # fmt: skip
     return result
+
+
+def calibrated_differences(rows: dict[str, list[dict]], label_maps: dict[str, dict]) -> dict:
+    """Per labelled trained model: the calibrated (PPI++) difference from the base model on the same held-out
+    contexts, paired by context, pooled and per dataset (`fic.followup_summary.compare_calibrated`), with the fields
+    summary.json keeps; "not estimable" where fewer than 10 contexts hold labels (HealthBench has 9)."""
+    from fic.followup_summary import compare_calibrated
+
+    if "base" not in label_maps:
+        return {}
+    keep = ("diff", "low", "high", "p", "n_items", "note", "reading")
+    out = {}
+    for name, labels in label_maps.items():
+        if name == "base":
+            continue
+        both = compare_calibrated(rows["base"], rows[name], label_maps["base"], labels)
+        out[name] = {"overall": {k: both["overall"].get(k) for k in keep} if both["overall"] else None,
+                     "by_dataset": {d: {k: c.get(k) for k in keep} for d, c in both["by_dataset"].items() if c}}  # fmt: skip
+    return out
+
+
+def floor_rise(estimates: dict, name: str, dataset: str = "overall") -> float | None:
+    """The model's generic floor minus the base model's (the judge's share of context-free turns), pooled or per
+    dataset: what part of a judged gain any answer would earn."""
+
+    def floor(k: str) -> float | None:
+        return ((estimates[k].get(dataset) or {}).get("generic_floor") or {}).get("rate")
+
+    mine, base = floor(name), floor("base")
+    return None if mine is None or base is None else mine - base
+
+
+def calibrated_target(name: str, what: str, cal: dict, rise: float | None, at_least: float) -> repro.Target:
+    """A target read off the calibrated paired difference from base (pooled): its lower end minus the model's rise in
+    generic floor must reach `at_least` (never a point estimate)."""
+    entry = (cal.get(name) or {}).get("overall") or {}
+    low = entry.get("low")
+    rise_text = "n/a" if rise is None else f"{100 * rise:+.1f}"
+    measured = (
+        f"calibrated {entry.get('reading', 'not labelled')}; generic floor {rise_text} points vs base; "
+        f"lower end minus floor rise: {'n/a' if low is None or rise is None else f'{100 * (low - rise):+.1f}'}"
+    )
+    met = low is not None and rise is not None and low - rise >= at_least
+    target = f"lower end of the calibrated difference minus the generic-floor rise >= {100 * at_least:+.0f} points"
+    return repro.Target(what, target, measured, met)
 
 
 def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, int]:
@@ -671,12 +726,16 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                    "wall_s": e.get("wall_s")} for k, e in evals.items()}  # fmt: skip
     rl_eval = repro.read_json(Path(rl_tuning["chosen"]["model"]) / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
-    calibrated = calibrated_rates(out, models)
+    label_maps: dict = {}
+    calibrated = calibrated_rates(out, models, label_maps=label_maps)
+    cal_diffs = calibrated_differences(rows, label_maps)
     n_rows = arms["real"]["rows"]
     summary = {
         "arms": arm_entries(arms, estimates, differences, trained),
         "generic_floor": {k: {d: e.get("generic_floor") for d, e in by.items()} for k, by in estimates.items()},
         "calibrated": calibrated,
+        "calibrated_differences": cal_diffs,
+        "floor_rise": {k: {d: floor_rise(estimates, k, d) for d in (*DATASETS, "overall")} for k in models if k != "base"},
         "hyperparameters": tuning,
         "sft": {"arm": "template_filtered", "before": hb["base"], "after": hb["template_filtered"],
                 "mt_bench": {"before": mtb["base"], "after": mtb["template_filtered"]},
@@ -824,19 +883,28 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                " ".join(r["user_turn"].split())[:200], r["label"]]
               for k in models if k != "base" for r in _shown_turns(out / f"probe_{k}")],
     )  # fmt: skip
-    d_sft = differences["template_filtered"]["by_dataset"].get("healthbench") or {}
-    d_rl = differences["rl"]["by_dataset"].get("healthbench") or {}
+    cal_table = repro.Table(
+        caption="Each trained model against the base model, read by blind readers: the calibrated (PPI++) difference "
+                "paired by context (points, 95% interval, p), beside the judge's difference and the rise in generic "
+                "floor; fewer than 10 labelled contexts (HealthBench: 9) are not estimable",
+        columns=["model", "dataset", "judge: difference from base", "calibrated: difference from base",
+                 "generic floor rise (points)"],
+        rows=[[NAMES[k], d, ((differences[k]["overall"] if d == "overall" else differences[k]["by_dataset"].get(d))
+                             or {}).get("reading", "n/a"),
+               (((cal_diffs.get(k) or {}).get("overall") if d == "overall"
+                 else ((cal_diffs.get(k) or {}).get("by_dataset") or {}).get(d)) or {}).get("reading", "no labels"),
+               "n/a" if summary["floor_rise"][k][d] is None else f"{100 * summary['floor_rise'][k][d]:+.1f}"]
+              for k in differences for d in (*DATASETS, "overall")],
+    )  # fmt: skip
+    # Targets are read off the calibrated differences (pooled over the 29 held-out contexts: HealthBench's 9 alone are
+    # not estimable), minus the rise in generic floor, at the interval's lower end.
     targets = [
-        repro.Target("collab SFT gain on held-out HealthBench (judge-filtered template arm, the method)",
-                     ">= +15 points (paper: +17.7), with an interval that excludes 0",
-                     f"{d_sft.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> "
-                     f"{repro.rate_cell(hb['template_filtered'])})",
-                     bool(d_sft) and d_sft["diff"] >= 0.15 and d_sft["detectable"]),
-        repro.Target("follow-up RL above base on held-out HealthBench",
-                     "after - before with an interval above 0, with its reward curve",
-                     f"{d_rl.get('reading', 'n/a')} ({repro.rate_cell(hb['base'])} -> {repro.rate_cell(hb['rl'])}); "
-                     f"reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']} "
-                     "(first -> last quarter of steps)", bool(d_rl) and d_rl["low"] > 0),
+        calibrated_target("template_filtered", "collab SFT gain on the held-out contexts, read by blind readers "
+                          "(judge-filtered template arm, the method; paper: +17.7 points on HealthBench)", cal_diffs,
+                          summary["floor_rise"]["template_filtered"]["overall"], 0.15),
+        calibrated_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
+                          f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
+                          "first -> last quarter of steps)", cal_diffs, summary["floor_rise"]["rl"]["overall"], 1e-9),
     ]  # fmt: skip
     src = arms["template_filtered"]["sources"]
     labelled = [k for k, c in calibrated.items() if c["n_labels"]]
@@ -893,7 +961,8 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                 "its turns are distinct): compare its rate with its generic floor."
             )
     return repro.Section(summary=summary, about=about,
-                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, labels, stats, reward, shown],
+                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table, labels, stats,
+                                 reward, shown],
                          text=text, targets=targets)  # fmt: skip
 
 

@@ -1,10 +1,28 @@
 #!/usr/bin/env python
-"""Which judge gives the tightest calibrated rate, and how the corrected rate reads on the labelled test split.
+"""How far the judges agree with careful readers on turns outside every fit, which judge gives the tightest calibrated
+rate, and how the corrected rate reads on the labelled test split.
 
     python scripts/judge_calibration.py [--labels-per-run 60] [--draws 500] [--out labels/followup/judge_calibration.json]
 
-Reads the shipped judges' decisions beside the labels on the labelled turns outside every fit
-(`src/fic/judges/validation.json`, written by `scripts/train_judge_classifier.py`); no model, no judge run.
+0. Transfer (printed first): each judge (`learned`, and `learned` in its contrastive form, `--contrast`) runs on the
+   labelled real turns outside its fit, split by who wrote them: *base* turns (SmolLM2-135M-Instruct: the labelled
+   items of `labels/followup/labels.jsonl` outside the classifier's fit, the IFBench check, the collab part's base
+   model) and *trained* turns (the collab part's trained models: `labels/followup/collab/`, the run whose filter
+   and reward judged plainly in `plain_judge_run/`; and the collab SFT / RL turns of `labels.jsonl`). Binary kappa, false-positive rate (failures called genuine) and recall, each with a
+   95% interval from a bootstrap over items (`fic.judges.agreement.binary_agreement`). A judge sees each source's
+   turns of one dataset in one batch, so the contrast's foil is another item's answer of the same dataset. The
+   issue's targets are read off the intervals: FPR on trained turns <= 0.10 at the upper end, kappa on base turns
+   >= 0.5 at the lower end (the point estimates are printed beside them).
+
+0b. Likelihood ratio (when `labels/followup/likelihood_ratios.jsonl` exists, written by
+   `scripts/judge_likelihood.py`; no LM runs here): how well log p(turn | own answer) - log p(turn | another answer)
+   under SmolLM2 separates what readers call genuine (AUROC with a bootstrap interval), and the rule "`learned` says
+   genuine and the ratio >= tau" with tau chosen model-held-out: on base turns inside the classifier's fit (not
+   HealthBench, not IFBench) and tested on the held-out base and trained turns, and the reverse (chosen on the
+   trained turns of `labels.jsonl`, tested on the base turns and the collab part's trained models).
+
+Parts 1 and 2 read the shipped judges' decisions beside the labels on the labelled turns outside every fit
+(`src/fic/judges/validation.json`, written by `scripts/train_judge_classifier.py`); no judge run.
 
 1. Calibrated width: many times, `--labels-per-run` of those turns are drawn at random as if a reader had labelled
    them in `fic review RUN --sample N`; `fic.estimates.ppi_rate` gives the prediction-powered interval over all of them
@@ -24,10 +42,200 @@ import sys
 from pathlib import Path
 
 from fic.estimates import cluster_rate, corrected_rate, judge_error_rates, ppi_rate, rate_variance
-from fic.judges import make_judge
+from fic.judges import Case, make_judge
+from fic.judges.agreement import binary_agreement
+from fic.judges.provenance import judge_provenance, prompt_hash
 from fic.judges.validity import load_validation
 
 ROOT = Path(__file__).resolve().parents[1]
+LABELS = ROOT / "labels" / "followup"
+# (judge kind, contrast) of the transfer table; the first is the default judge of rates, the second its training form.
+TRANSFER_JUDGES = {"learned": ("learned", False), "learned+contrast": ("learned", True)}
+TARGETS = {"trained_fpr_at_most": 0.10, "base_kappa_at_least": 0.5}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def transfer_turns(fitted: set[str]) -> list[dict]:
+    """Every labelled turn with text outside the judge's fit: `{source, model, who, dataset, item, messages,
+    user_turn, genuine}`, `who` being `base` (SmolLM2-135M-Instruct) or `trained` (a model trained from it)."""
+    turns = []
+
+    def add(source: str, model: str, row: dict, genuine) -> None:
+        if "messages" not in row or genuine is None or prompt_hash(row["messages"]) in fitted:
+            return
+        turns.append({"source": source, "model": model, "who": "base" if model in ("smollm2", "base") else "trained",
+                      "dataset": row["dataset"], "item": prompt_hash(row["messages"]), "messages": row["messages"],
+                      "user_turn": row["user_turn"], "genuine": bool(genuine)})  # fmt: skip
+
+    for row in _jsonl(LABELS / "labels.jsonl"):
+        add("labels.jsonl", row["model"], row, row["genuine"])
+    for row in _jsonl(LABELS / "ifbench_check" / "turns.jsonl"):
+        add("ifbench_check", "smollm2", row, row.get("genuine_d1"))
+    for path in sorted((LABELS / "collab").rglob("*.jsonl")):
+        if path.stem.endswith("_d2"):  # a second reader of the same turns: agreement, not more turns
+            continue
+        name = path.relative_to(LABELS / "collab").with_suffix("").as_posix()  # plain_judge_run/rl: the earlier run
+        for row in _jsonl(path):
+            add(f"collab/{name}.jsonl", name, row, row.get("genuine"))
+    return turns
+
+
+def judge_turns_by_source(judge, turns: list[dict]) -> list[bool | None]:
+    """The judge's binary decision per turn, one batch per (source, dataset)."""
+    groups: dict = {}
+    for i, t in enumerate(turns):
+        groups.setdefault((t["source"], t["dataset"]), []).append(i)
+    decisions: list[bool | None] = [None] * len(turns)
+    for idx in groups.values():
+        verdicts = judge.judge([Case(turns[i]["messages"], turns[i]["user_turn"]) for i in idx])
+        for i, v in zip(idx, verdicts):
+            decisions[i] = v.genuine
+    return decisions
+
+
+def transfer(draws: int, seed: int) -> dict:
+    """Part 0: agreement per judge on base and trained turns outside the fit, overall and per model."""
+    fitted = judge_provenance(make_judge("learned")).get("fitted_items") or set()
+    turns = transfer_turns(fitted)
+    out: dict = {"turns": {who: sum(t["who"] == who for t in turns) for who in ("base", "trained")}, "judges": {}}
+    for name, (kind, contrast) in TRANSFER_JUDGES.items():
+        decisions = judge_turns_by_source(make_judge(kind, contrast=contrast), turns)
+        ok = [i for i, d in enumerate(decisions) if d is not None]
+
+        def agree(keep, ok=ok, decisions=decisions) -> dict:
+            idx = [i for i in ok if keep(turns[i])]
+            return binary_agreement([turns[i]["genuine"] for i in idx], [decisions[i] for i in idx],
+                                    [(turns[i]["dataset"], turns[i]["item"]) for i in idx], draws, seed)  # fmt: skip
+
+        entry = {"judge_errors": len(turns) - len(ok)}
+        for who in ("base", "trained"):
+            entry[who] = agree(lambda t, who=who: t["who"] == who)
+            models = sorted({t["model"] for t in turns if t["who"] == who})
+            entry[f"{who}_by_model"] = {m: agree(lambda t, m=m: t["model"] == m) for m in models}
+        fpr, kappa = entry["trained"]["fpr"], entry["base"]["kappa"]
+        entry["targets"] = {
+            "trained_fpr_upper": fpr["high"], "base_kappa_lower": kappa["low"],
+            "met": fpr["high"] is not None and kappa["low"] is not None
+            and fpr["high"] <= TARGETS["trained_fpr_at_most"] and kappa["low"] >= TARGETS["base_kappa_at_least"],
+            "met_on_point_estimates": fpr["value"] is not None and kappa["value"] is not None
+            and fpr["value"] <= TARGETS["trained_fpr_at_most"] and kappa["value"] >= TARGETS["base_kappa_at_least"],
+        }  # fmt: skip
+        out["judges"][name] = entry
+    return out
+
+
+def _fit_turns(fitted: set[str]) -> list[dict]:
+    """SmolLM2 turns inside the classifier's fit, HealthBench and IFBench kept out: where a rule on top of it is
+    chosen when it is fitted on base turns."""
+    return [{"source": "labels.jsonl", "model": "smollm2", "who": "base", "dataset": r["dataset"],
+             "item": prompt_hash(r["messages"]), "messages": r["messages"], "user_turn": r["user_turn"],
+             "genuine": bool(r["genuine"])}
+            for r in _jsonl(LABELS / "labels.jsonl")
+            if r["model"] == "smollm2" and r["dataset"] not in ("healthbench", "ifbench")
+            and prompt_hash(r["messages"]) in fitted]  # fmt: skip
+
+
+def _choose_tau(turns: list[dict], judged: list[bool], ratios: list[float]) -> float:
+    """The ratio threshold that maximises kappa of "judged genuine and ratio >= tau" on `turns` (ties: the lower)."""
+    from fic.metrics import cohen_kappa
+
+    human = [t["genuine"] for t in turns]
+    best = (-2.0, float("-inf"))
+    for tau in sorted(set(ratios)):
+        kappa = cohen_kappa(human, [j and r >= tau for j, r in zip(judged, ratios)])
+        if kappa > best[0] + 1e-12:
+            best = (kappa, tau)
+    return best[1]
+
+
+def likelihood_check(draws: int, seed: int) -> dict | None:
+    """Part 0b (see the module docstring); None without the ratios file."""
+    from judge_likelihood import DEFAULT_OUT, read_ratios
+
+    from fic.estimates import bootstrap_auroc
+    from fic.eval.rates import turn_sha
+
+    stored = read_ratios(DEFAULT_OUT)
+    if not stored:
+        return None
+    judge = make_judge("learned")
+    fitted = judge_provenance(judge).get("fitted_items") or set()
+    sets = {"fit_base": _fit_turns(fitted), "held": transfer_turns(fitted)}
+    for turns in sets.values():
+        for t, j in zip(turns, judge_turns_by_source(judge, turns)):
+            t["judged"], t["ratio"] = bool(j), stored.get((t["source"], t["item"], turn_sha(t["user_turn"])))
+    sets = {k: [t for t in v if t["ratio"] is not None] for k, v in sets.items()}
+    base = [t for t in sets["held"] if t["who"] == "base"]
+    trained = [t for t in sets["held"] if t["who"] == "trained"]
+    trained_fit = [t for t in trained if t["source"] == "labels.jsonl"]
+    trained_test = [t for t in trained if t["source"] != "labels.jsonl"]
+
+    def auc(turns: list[dict]) -> dict:
+        return bootstrap_auroc([t["ratio"] for t in turns], [t["genuine"] for t in turns], n_boot=draws, seed=seed)
+
+    def rule(turns: list[dict], tau: float) -> dict:
+        return binary_agreement([t["genuine"] for t in turns], [t["judged"] and t["ratio"] >= tau for t in turns],
+                                [(t["dataset"], t["item"]) for t in turns], draws, seed)  # fmt: skip
+
+    def choose(turns: list[dict]) -> float:
+        return _choose_tau(turns, [t["judged"] for t in turns], [t["ratio"] for t in turns])
+
+    tau_base, tau_trained = choose(sets["fit_base"]), choose(trained_fit)
+    return {
+        "turns": {"fit_base": len(sets["fit_base"]), "base": len(base), "trained": len(trained)},
+        "auroc": {"base": auc(base), "trained": auc(trained),
+                  "trained_judged_genuine": auc([t for t in trained if t["judged"]])},
+        "fit_on_base": {"tau": tau_base, "base": rule(base, tau_base), "trained": rule(trained, tau_base)},
+        "fit_on_trained": {"tau": tau_trained, "base": rule(base, tau_trained),
+                           "trained_collab_part": rule(trained_test, tau_trained)},
+    }  # fmt: skip
+
+
+def print_likelihood(report: dict | None) -> None:
+    if report is None:
+        print("likelihood ratio: no labels/followup/likelihood_ratios.jsonl (run scripts/judge_likelihood.py)")
+        return
+    a = report["auroc"]
+    print(f"likelihood ratio (SmolLM2, own - foil answer), AUROC for readers' genuine: base "
+          f"{a['base']['auroc']:.2f} [{a['base']['low']:.2f}, {a['base']['high']:.2f}], trained "
+          f"{a['trained']['auroc']:.2f} [{a['trained']['low']:.2f}, {a['trained']['high']:.2f}], trained turns "
+          f"`learned` calls genuine {a['trained_judged_genuine']['auroc']:.2f} "
+          f"[{a['trained_judged_genuine']['low']:.2f}, {a['trained_judged_genuine']['high']:.2f}]")  # fmt: skip
+    for name, fit in (("fit on base", report["fit_on_base"]), ("fit on trained", report["fit_on_trained"])):
+        cells = "; ".join(
+            f"{k}: kappa {_cell(v['kappa'])} FPR {_cell(v['fpr'])}" for k, v in fit.items() if k != "tau"
+        )
+        print(f"{'':>2}learned and ratio >= {fit['tau']:.3f} ({name}): {cells}")
+
+
+def _cell(stat: dict) -> str:
+    if stat["value"] is None:
+        return "-"
+    if stat["low"] is None:
+        return f"{stat['value']:.2f}"
+    return f"{stat['value']:.2f} [{stat['low']:.2f}, {stat['high']:.2f}]"
+
+
+def print_transfer(report: dict) -> None:
+    print(f"transfer: labelled turns outside every fit: {report['turns']['base']} base (SmolLM2), "
+          f"{report['turns']['trained']} of trained models; 95% intervals over items")  # fmt: skip
+    for name, entry in report["judges"].items():
+        for who in ("base", "trained"):
+            a = entry[who]
+            print(f"{name:>17} {who:>7}: kappa {_cell(a['kappa'])}  FPR {_cell(a['fpr'])}  recall {_cell(a['tpr'])}  "
+                  f"judged {_cell(a['judged_rate'])} vs labelled {a['labelled_rate']['value']:.2f}  "
+                  f"(n={a['n']}, {a['n_items']} items)")  # fmt: skip
+            for model, m in entry[f"{who}_by_model"].items():
+                print(f"{'':>27}{model:>20}: kappa {_cell(m['kappa'])}  FPR {_cell(m['fpr'])}  "
+                      f"judged {m['judged_rate']['value']:.2f} vs labelled {m['labelled_rate']['value']:.2f} "
+                      f"(n={m['n']})")  # fmt: skip
+        t = entry["targets"]
+        print(f"{'':>19}targets (trained FPR <= {TARGETS['trained_fpr_at_most']} at the upper end, base kappa >= "
+              f"{TARGETS['base_kappa_at_least']} at the lower end): {'met' if t['met'] else 'not met'}"
+              f" (on point estimates: {'met' if t['met_on_point_estimates'] else 'not met'})")  # fmt: skip
 
 
 def pairs_of(version: str) -> list[tuple[str, str, bool, bool]]:
@@ -90,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         row = json.loads(line)
         if row["split"] == "test":
             test_items.setdefault(row["dataset"], set()).add(prompt_hash(row["messages"]))
-    report = {}
+    report = {"transfer": transfer(args.draws, args.seed), "likelihood": likelihood_check(args.draws, args.seed)}
+    print_transfer(report["transfer"])
+    print_likelihood(report["likelihood"])
     for kind in ("heuristic", "learned"):
         version = make_judge(kind).version
         report[kind] = {
@@ -98,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "calibrated": calibrated_widths(pairs_of(version), args.labels_per_run, args.draws, args.seed),
             "test_split": test_split_rates(version, test_items),
         }
-    best = min(report, key=lambda k: report[k]["calibrated"]["mean_width"])
+    best = min(("heuristic", "learned"), key=lambda k: report[k]["calibrated"]["mean_width"])
     report["narrowest_calibrated"] = best
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for kind in ("heuristic", "learned"):

@@ -101,3 +101,45 @@ def test_learned_confidence_is_symmetric_about_its_threshold():
     assert judge._learned_verdict(rule, 1.0, "new_task_prompt").genuine
     mid_above, mid_below = (threshold + 1) / 2, threshold / 2
     assert confidence(mid_above) == pytest.approx(confidence(mid_below))
+
+
+def test_binary_agreement_point_values_and_item_clustered_intervals():
+    from fic.judges.agreement import binary_agreement
+
+    # 4 items x 2 turns: the judge calls every labelled failure of item "d" genuine
+    human = [True, False, True, False, False, False, False, False]
+    judged = [True, False, True, False, False, False, True, True]
+    items = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    out = binary_agreement(human, judged, items, draws=200, seed=1)
+    assert out["n"] == 8 and out["n_items"] == 4
+    assert out["fpr"]["value"] == pytest.approx(2 / 6) and out["tpr"]["value"] == 1.0
+    assert out["judged_rate"]["value"] == 0.5 and out["labelled_rate"]["value"] == 0.25
+    assert out["fpr"]["low"] <= out["fpr"]["value"] <= out["fpr"]["high"]
+    # resampling whole items: a draw without item "d" has no false positive, one with it twice has 4 of 6 or more
+    assert out["fpr"]["low"] == 0.0 and out["fpr"]["high"] >= 0.5
+    assert binary_agreement(human, judged, items, draws=200, seed=1) == out  # deterministic in the seed
+    perfect = binary_agreement(human, human, items, draws=50)
+    assert perfect["kappa"]["value"] == 1.0 and perfect["fpr"]["value"] == 0.0
+    no_failures = binary_agreement([True, True], [True, False], ["a", "b"], draws=10)
+    assert no_failures["fpr"] == {"value": None, "low": None, "high": None}
+    with pytest.raises(ValueError, match="one entry per turn"):
+        binary_agreement([True], [True, False], ["a"])
+
+
+def test_attach_label_text_adds_text_only_where_the_turn_hash_matches(tmp_path):
+    import importlib.util
+
+    from fic.eval.rates import turn_sha
+
+    spec = importlib.util.spec_from_file_location("attach", Path(__file__).parents[1] / "scripts/attach_label_text.py")
+    attach = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attach)
+    key = {"dataset": "mt_bench", "item_id": "1", "temperature": 0.7, "perturbation": "none"}
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    samples = [{**key, "sample": s, "messages": messages, "user_turn": f"turn {s}"} for s in range(2)]
+    labels = [{**key, "sample": 0, "genuine": True, "turn_sha": turn_sha("turn 0")},
+              {**key, "sample": 1, "genuine": False, "turn_sha": turn_sha("another text")}]  # fmt: skip
+    rows, missing = attach.attach(labels, samples)
+    assert missing == 1
+    assert rows[0]["user_turn"] == "turn 0" and rows[0]["messages"] == messages and rows[0]["genuine"] is True
+    assert rows[1] == labels[1]

@@ -69,6 +69,9 @@ class CollabSFTConfig(SFTConfig):
         followup_judge (`str`, defaults to `"heuristic"`):
             Judge that filters the template candidates: `heuristic`, `llm` or `cascade` (the last two use the
             `eval.judge_base_url` / `eval.judge_model` endpoint).
+        followup_judge_contrast (`bool`, defaults to `True`):
+            Contrastive filter (`fic.judges.contrast`): a candidate the judge would also call genuine after another
+            context's answer is not kept, so generic template turns ("Why is it 1?") do not enter the data.
         dataset_limit (`int` or `None`, defaults to `None`):
             Items read from each training dataset.
     """
@@ -86,6 +89,9 @@ class CollabSFTConfig(SFTConfig):
     followup_candidates: int = field(default=4, metadata={"help": "Template candidates per context."})
     followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
     followup_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge for the candidates."})
+    followup_judge_contrast: bool = field(
+        default=True, metadata={"help": "Keep only candidates not also genuine after another context's answer."}
+    )
     dataset_limit: int | None = field(default=None, metadata={"help": "Items read from each training dataset."})
     chat_template_kwargs: dict | None = field(
         default=None,
@@ -186,7 +192,12 @@ def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eva
         )
         contexts, _ = drop_overlap(contexts, heldout)
         candidates = [template_followups(c["messages"], args.followup_candidates, args.seed) for c in contexts]
-        judge = make_judge(args.followup_judge, eval_config.judge_base_url, eval_config.judge_model)
+        judge = make_judge(
+            args.followup_judge,
+            eval_config.judge_base_url,
+            eval_config.judge_model,
+            contrast=args.followup_judge_contrast,
+        )
         kept, counts = rejection_sample(contexts, candidates, judge, args.followups_per_context, origin="template")
         rows += kept
         summary["template"] = {"contexts": len(contexts), "kept": len(kept), "labels": dict(counts)}

@@ -74,6 +74,13 @@ class FollowupRLConfig(GRPOConfig):
             OpenAI-compatible chat endpoint of the LLM judge.
         reward_judge_model (`str` or `None`):
             Model name of the LLM judge at that endpoint.
+        reward_judge_contrast (`bool`, defaults to `True`):
+            Contrastive reward (`fic.judges.contrast`): a turn the judge would also call genuine after another
+            item's answer earns no reward, so the policy cannot gain by generic turns ("Why is it 1?"). The share
+            it removes is logged as `reward/generic_floor`. `False` rewards the judge's plain verdict.
+        reward_group_relative (`bool`, defaults to `False`):
+            Reward each turn by its rank within its GRPO group (the share of the group's other turns the judge finds
+            less genuine, by its confidence) instead of 1.0 / penalty.
     """
 
     contexts: list[str] = field(default_factory=list, metadata={"help": "Datasets whose items become contexts."})
@@ -88,6 +95,10 @@ class FollowupRLConfig(GRPOConfig):
     reward_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge of the policy's user turns."})
     reward_judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint."})
     reward_judge_model: str | None = field(default=None, metadata={"help": "LLM judge model name."})
+    reward_judge_contrast: bool = field(
+        default=True, metadata={"help": "Reward only turns not also genuine after another item's answer."}
+    )
+    reward_group_relative: bool = field(default=False, metadata={"help": "Reward the rank within the GRPO group."})
 
     def __post_init__(self):
         unknown = [r for r in self.rewards if r not in REWARDS]
@@ -151,8 +162,10 @@ def prompt_rows(tokenizer, contexts: list[dict]) -> list[dict]:
 
 
 def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
-    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model)
-    settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer))
+    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model,
+                       contrast=args.reward_judge_contrast)  # fmt: skip
+    settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer),
+                    group_relative=args.reward_group_relative)  # fmt: skip
     return [get_reward(name, **settings) for name in args.rewards]
 
 

@@ -41,7 +41,9 @@ def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> 
 
 
 def eval_judge(eval_config):
-    return make_judge(eval_config.judge, eval_config.judge_base_url, eval_config.judge_model)
+    return make_judge(
+        eval_config.judge, eval_config.judge_base_url, eval_config.judge_model, contrast=eval_config.judge_contrast
+    )
 
 
 def check_heldout_judge(records: list, eval_config, judge) -> dict:

@@ -6,6 +6,11 @@ plus `completion_ids`, `log_metric` and `trainer_state`. `None` means "not score
 baseline and gives that completion no advantage. Settings (the judge, penalties, the tokenizer) are bound with
 `get_reward(name, **settings)`, which picks the async form of a reward when the judge is async (`ajudge`), so TRL
 awaits judge requests concurrently on its event loop instead of blocking a training step per request.
+
+The follow-up RL trainer binds a contrastive judge by default (`fic.judges.contrast`: a turn that would also be
+genuine after another item's answer earns no reward), and `followup_reward` logs `reward/generic_floor`, the share of
+the step's turns the wrapped judge called genuine after both answers (what a non-contrastive reward would have paid
+for). `group_relative=True` replaces the absolute reward by each turn's rank in its GRPO group (`group_ranks`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import inspect
 
 from fic import metric_names
 from fic.followup_eval import turn_cases
-from fic.judges import FAILURE_LABELS, Case
+from fic.judges import FAILURE_LABELS, GENUINE_FOLLOWUP, Case, ContrastiveJudge
 from fic.metrics import genuine_rate
 
 
@@ -51,14 +56,55 @@ def user_turns(completions: list[str], completion_ids=None, tokenizer=None, end_
     return texts
 
 
-def _scores(verdicts, penalties: dict[str, float], log_metric=None) -> list[float | None]:
+def genuine_score(verdict) -> float | None:
+    """How genuine the judge finds a turn, in [0, 1]: its confidence when genuine, one minus it when not (0.5 when
+    the judge gave none); None for a judge error."""
+    if verdict.is_error:
+        return None
+    confidence = 0.5 if verdict.confidence is None else verdict.confidence
+    return confidence if verdict.genuine else 1.0 - confidence
+
+
+def group_ranks(scores: list[float | None], groups: list) -> list[float | None]:
+    """Each score's rank within its group as a share in [0, 1]: the fraction of the group's other scored members it
+    beats (ties count half); None stays None, and a member alone in its group gets 0.5. A pure function."""
+    members: dict = {}
+    for i, (score, group) in enumerate(zip(scores, groups)):
+        if score is not None:
+            members.setdefault(group, []).append(i)
+    ranks: list[float | None] = [None] * len(scores)
+    for idx in members.values():
+        for i in idx:
+            others = [scores[j] for j in idx if j != i]
+            beaten = sum(1.0 if scores[i] > s else 0.5 if scores[i] == s else 0.0 for s in others)
+            ranks[i] = beaten / len(others) if others else 0.5
+    return ranks
+
+
+def _generic(verdict) -> bool:
+    """Whether a contrastive verdict found the turn genuine after the foil answer too (False without a contrast)."""
+    return (verdict.extra or {}).get("contrast", {}).get("foil_label") == GENUINE_FOLLOWUP
+
+
+def _scores(verdicts, penalties: dict[str, float], log_metric=None, groups=None, group_relative: bool = False,
+            contrastive: bool = False) -> list[float | None]:  # fmt: skip
     rewards = [None if v.is_error else 1.0 if v.genuine else penalties.get(v.label, 0.0) for v in verdicts]
+    if group_relative:
+        rewards = group_ranks([genuine_score(v) for v in verdicts], groups or [0] * len(verdicts))
     if log_metric is not None and verdicts:
         cell = genuine_rate(None if v.is_error else v.genuine for v in verdicts)
         log_metric(metric_names.FOLLOWUP_JUDGE_ERROR_RATE, cell["judge_errors"] / len(verdicts))
         if cell["n"]:
             log_metric(metric_names.FOLLOWUP_GENUINE_RATE, cell["rate"])
+        if cell["n"] and contrastive:
+            scored = [v for v in verdicts if not v.is_error]
+            log_metric(metric_names.REWARD_GENERIC_FLOOR, sum(map(_generic, scored)) / len(scored))
     return rewards
+
+
+def _groups(prompts) -> list:
+    """The GRPO group of each completion: completions of one prompt share it."""
+    return [p if isinstance(p, str) else repr(p) for p in prompts] if prompts is not None else None
 
 
 def _cases(completions, context, completion_ids, tokenizer, end_ids) -> list[Case]:
@@ -70,21 +116,38 @@ def _cases(completions, context, completion_ids, tokenizer, end_ids) -> list[Cas
 
 
 def followup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
-                    tokenizer=None, end_ids=(), log_metric=None, **kwargs) -> list[float | None]:  # fmt: skip
-    """1.0 for a genuine follow-up, `penalties[label]` (default 0.0) for a failure mode, None on a judge error."""
+                    tokenizer=None, end_ids=(), log_metric=None, group_relative=False,
+                    **kwargs) -> list[float | None]:  # fmt: skip
+    """1.0 for a genuine follow-up, `penalties[label]` (default 0.0) for a failure mode, None on a judge error; with
+    `group_relative`, the turn's rank in its group by the judge's genuine score (`group_ranks`)."""
     if judge is None:
         raise ValueError("followup_reward: no judge bound; build it with get_reward('followup', judge=...)")
     verdicts = judge.judge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(verdicts, check_penalties(penalties), log_metric)
+    return _scores(
+        verdicts,
+        check_penalties(penalties),
+        log_metric,
+        _groups(prompts),
+        group_relative,
+        isinstance(judge, ContrastiveJudge),
+    )
 
 
 async def afollowup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
-                           tokenizer=None, end_ids=(), log_metric=None, **kwargs) -> list[float | None]:  # fmt: skip
+                           tokenizer=None, end_ids=(), log_metric=None, group_relative=False,
+                           **kwargs) -> list[float | None]:  # fmt: skip
     """`followup_reward` for an async judge (`await judge.ajudge(cases)`)."""
     if judge is None:
         raise ValueError("afollowup_reward: no judge bound; build it with get_reward('followup', judge=...)")
     verdicts = await judge.ajudge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(verdicts, check_penalties(penalties), log_metric)
+    return _scores(
+        verdicts,
+        check_penalties(penalties),
+        log_metric,
+        _groups(prompts),
+        group_relative,
+        isinstance(judge, ContrastiveJudge),
+    )
 
 
 def ends_turn_reward(prompts, completions, completion_ids=None, end_ids=(), **kwargs) -> list[float]:

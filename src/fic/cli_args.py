@@ -149,11 +149,13 @@ def backend_kwargs(args, state=None) -> dict:
 
 
 def add_judge_arguments(parser, default: str = DEFAULT_JUDGE) -> None:
-    """`--judge`, `--judge-base-url`, `--judge-model`."""
+    """`--judge`, `--judge-base-url`, `--judge-model`, `--contrast`."""
     parser.add_argument("--judge", default=default, choices=JUDGE_KINDS, help="follow-up judge (llm and cascade need an "
                         "endpoint)")  # fmt: skip
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")
+    parser.add_argument("--contrast", action="store_true", help="contrastive judging: a turn is genuine only if the "
+                        "judge does not also call it genuine after another item's answer (fic.judges.contrast)")  # fmt: skip
 
 
 def add_judge_overlap_argument(parser) -> None:

@@ -45,6 +45,10 @@ class EvalConfig:
         allow_judge_overlap (`bool`, defaults to `False`):
             Evaluate items inside the judge's fit (refused otherwise); the overlap is recorded and those items are
             left out of corrected and calibrated rates.
+        judge_contrast (`bool`, defaults to `False`):
+            Contrastive judging (`fic.judges.contrast`): a turn is genuine only if the judge does not also call it
+            genuine after another item's answer. Off by default here, because the probe already reports the
+            generic floor (the share still genuine after the answer swap) beside every rate.
         judge_base_url (`str` or `None`):
             OpenAI-compatible chat endpoint for the LLM judge.
         judge_model (`str` or `None`):
@@ -86,6 +90,7 @@ class EvalConfig:
     max_new_tokens: int = 64
     judge: JudgeKind = DEFAULT_JUDGE
     allow_judge_overlap: bool = False
+    judge_contrast: bool = False
     judge_base_url: str | None = None
     judge_model: str | None = None
     backend: Literal["transformers", "vllm"] = "transformers"

@@ -313,7 +313,7 @@ def build(args) -> tuple[list[dict], dict]:
         raise DataError(f"--samples {args.samples} / --keep {args.keep}: both must be at least 1")
     judge = None
     if args.contexts:  # the contexts against the judge's fit, before a model loads
-        judge = make_judge(args.judge, args.judge_base_url, args.judge_model)
+        judge = make_judge(args.judge, args.judge_base_url, args.judge_model, contrast=args.contrast)
         items = [(r.source, r.id, r.messages) for r in load_records(args.contexts, args.limit)]
         check_overlap(judge, items, getattr(args, "allow_judge_overlap", False), "--allow-judge-overlap")
     backend, tokenizer = _model_pieces(args)

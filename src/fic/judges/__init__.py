@@ -2,7 +2,8 @@
 
 `HeuristicJudge` is offline: rules + sentence embeddings (`heuristic`), plus a classifier fitted on labelled real
 turns (`learned`, `DEFAULT_JUDGE`, the default of every rate); `LLMJudge` asks any OpenAI-compatible chat endpoint
-for strict JSON; `CascadeJudge` lets the learned judge decide what it is sure of and escalates the rest.
+for strict JSON; `CascadeJudge` lets the learned judge decide what it is sure of and escalates the rest;
+`ContrastiveJudge` wraps any of them so a turn that would be genuine after another item's answer is not genuine.
 The heavy pieces (the sentence encoder, the HTTP client) load on first use, so importing this package is cheap.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "HeuristicJudgeConfig",
     "LLMJudge",
     "CascadeJudge",
+    "ContrastiveJudge",
     "JudgementCache",
     "judgement_agreement",
     "make_judge",
@@ -38,6 +40,7 @@ _LAZY = {
     "HeuristicJudgeConfig": ".heuristic",
     "LLMJudge": ".llm",
     "CascadeJudge": ".cascade",
+    "ContrastiveJudge": ".contrast",
     "JudgementCache": ".cache",
     "judgement_agreement": ".agreement",
 }
@@ -62,9 +65,11 @@ def make_judge(
     base_url: str | None = None,
     model: str | None = None,
     threshold: float = 0.85,
+    contrast: bool = False,
     **llm_kw,
 ) -> Judge:
-    """Build a judge by name (one of `JUDGE_KINDS`); `llm` and `cascade` need `base_url` and `model`.
+    """Build a judge by name (one of `JUDGE_KINDS`); `llm` and `cascade` need `base_url` and `model`; `contrast`
+    wraps it in `ContrastiveJudge` (genuine only if not also genuine after another item's answer).
 
     `heuristic` is the offline rules judge; `learned` adds the classifier fitted on labelled real model turns
     (`fic.judges.classifier`): far fewer failures called genuine on a small model's turns, but it under-calls real
@@ -76,6 +81,10 @@ def make_judge(
     """
     if kind not in JUDGE_KINDS:
         raise ValueError(f"judge kind={kind!r} is unknown; valid kinds are {list(JUDGE_KINDS)}.")
+    if contrast:
+        from .contrast import ContrastiveJudge
+
+        return ContrastiveJudge(make_judge(kind, base_url, model, threshold, **llm_kw))
     if kind in ("heuristic", "learned"):
         from .heuristic import HeuristicJudge, HeuristicJudgeConfig  # numpy: keeps `import fic.judges` cheap
 

@@ -122,6 +122,7 @@ def build_judge(args: argparse.Namespace):
         base_url=args.judge_base_url,
         model=args.judge_model,
         threshold=args.threshold,
+        contrast=getattr(args, "contrast", False),
         concurrency=args.concurrency,
         max_reasks=args.max_reasks,
         cache=args.cache,

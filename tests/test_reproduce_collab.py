@@ -286,9 +286,11 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     # labels of 30 turns of one model's probe folder: its calibrated rate appears; the others still say no labels
     folder = out / "probe_template_filtered"
     rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+    rows.sort(key=lambda r: (r["sample"], r["dataset"], str(r["item_id"])))  # one turn of every item first
     labels = [{k: r[k] for k in ("dataset", "item_id", "temperature", "perturbation", "sample")}
               | {"genuine": bool(r["genuine"]) and i % 3 > 0, "run_id": "run-probe_template_filtered"}
               for i, r in enumerate(rows[:30])]  # fmt: skip
+    assert len({(x["dataset"], x["item_id"]) for x in labels}) >= 10  # a calibrated rate needs 10 labelled items
     (folder / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
     cal = part.calibrated_rates(out, models)
     assert cal["template_filtered"]["n_labels"] == 30 and cal["template_filtered"]["overall"]["rate"] is not None
@@ -319,6 +321,29 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     assert part.calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")
     (committed / "base.jsonl").write_text("not json\n")
     assert "not a label row" in part.calibrated_rates(out, models, committed)["base"]["status"]
+
+
+def test_calibrated_differences_and_targets_read_off_the_lower_end_minus_the_floor_rise(collab_part):
+    part, section, out, _, _, _ = collab_part
+    rows = {m: [json.loads(x) for x in (out / f"probe_{m}" / "samples.jsonl").read_text().splitlines()]
+            for m in ("base", "template_filtered")}  # fmt: skip
+    keys = {m: {part_key(r): bool(r["genuine"]) for r in rows[m]} for m in rows}  # every turn labelled as judged
+    diffs = part.calibrated_differences(rows, keys)
+    overall = diffs["template_filtered"]["overall"]
+    judged = section.summary["differences"]["template_filtered"]["overall"]
+    assert overall["diff"] == pytest.approx(judged["diff"])  # labels equal to the verdicts: the judge's difference
+    assert part.calibrated_differences(rows, {"template_filtered": keys["template_filtered"]}) == {}  # base unlabelled
+    cal = {"template_filtered": {"overall": {**overall, "low": 0.20}}}
+    assert part.calibrated_target("template_filtered", "gain", cal, 0.04, 0.15).met  # 0.20 - 0.04 >= 0.15
+    missed = part.calibrated_target("template_filtered", "gain", cal, 0.06, 0.15)
+    assert not missed.met and missed.measured.endswith("+14.0")  # 0.20 - 0.06 < 0.15
+    assert not part.calibrated_target("rl", "gain", cal, 0.0, 0.0).met  # no labels: never met
+
+
+def part_key(row: dict) -> tuple:
+    from fic.followup_summary import row_key
+
+    return row_key(row)
 
 
 def _recorded_file() -> dict:

@@ -70,7 +70,9 @@ now skips the in-run dev choices and GSM8K, at that day's speed: the base dev pr
 (with its `--plan`) and its 2 dev probes 1.5, the RL run at the rate not chosen (3e-5) 3.3 (with its `--plan`), the 2
 RL dev probes 0.8 + 0.9, GSM8K of the base model 1.3: 14.4 min, so ~31 min at that speed. SCALE=gpu runs them all.
 The fresh clone at 95e5153 (a faster hour: reference step 3.34 s, `reproduce/speed.py`) ran the part at these sizes
-in 20.1 min, the blind labels attaching in the run.
+in 20.1 min, the blind labels attaching in the run. With the contrastive filter and reward (2026-12-04), judging the
+1,854 template candidates took 0.3 min as before (the contrast re-judges only the 967 it keeps genuine) and the two
+template arms, RL and their probes 13.2 min.
 
 Sizes dropped for the ~25 min first planned (before any control): the arms hold the real arm's 35 rows (not the 176 the
 earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured

@@ -113,11 +113,18 @@ def _collab_row(s: dict, model: str) -> tuple[str, str]:
                    f"{_rate(cal['overall'])}")  # fmt: skip
     else:
         result += f"; calibrated: {cal['status']}"
+    paired = ((c.get("calibrated_differences") or {}).get(model) or {}).get("overall")
+    if paired and paired.get("diff") is not None:
+        rise = (c.get("floor_rise") or {}).get(model, {}).get("overall")
+        result += (f", paired by context {_points(paired)}"
+                   + ("" if rise is None else f" (the judge's generic floor {100 * rise:+.1f} points)"))  # fmt: skip
     if model == "rl":
         hp = c["rl"]["hyperparameters"]
         result += f"; learning rate {hp['chosen']['learning_rate']:g} chosen on dev from {hp['grid']['learning_rate']}"
     judge = "judge: " + ("detectable" if detectable(overall) else "no detectable effect at this size")
-    if cal.get("overall") and cal_base.get("overall"):
+    if paired and paired.get("diff") is not None:
+        judge += "; calibrated: " + ("detectable" if detectable(paired) else "no detectable difference")
+    elif cal.get("overall") and cal_base.get("overall"):  # a summary from before the paired calibrated difference
         lo, hi = cal["overall"], cal_base["overall"]
         apart = lo["low"] > hi["high"] or lo["high"] < hi["low"]
         judge += "; calibrated intervals " + ("apart" if apart else "overlap (no detectable difference)")

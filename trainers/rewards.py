@@ -86,17 +86,19 @@ def _generic(verdict) -> bool:
     return (verdict.extra or {}).get("contrast", {}).get("foil_label") == GENUINE_FOLLOWUP
 
 
-def _scores(verdicts, penalties: dict[str, float], log_metric=None, groups=None, group_relative: bool = False,
-            contrastive: bool = False) -> list[float | None]:  # fmt: skip
+def _scores(verdicts, judge, prompts, penalties: dict[str, float], log_metric=None,
+            group_relative: bool = False) -> list[float | None]:  # fmt: skip
+    """The rewards of one batch of verdicts (and its logged metrics); `reward/generic_floor` only for a contrastive
+    judge, whose verdicts say what the foil answer gave."""
     rewards = [None if v.is_error else 1.0 if v.genuine else penalties.get(v.label, 0.0) for v in verdicts]
     if group_relative:
-        rewards = group_ranks([genuine_score(v) for v in verdicts], groups or [0] * len(verdicts))
+        rewards = group_ranks([genuine_score(v) for v in verdicts], _groups(prompts) or [0] * len(verdicts))
     if log_metric is not None and verdicts:
         cell = genuine_rate(None if v.is_error else v.genuine for v in verdicts)
         log_metric(metric_names.FOLLOWUP_JUDGE_ERROR_RATE, cell["judge_errors"] / len(verdicts))
         if cell["n"]:
             log_metric(metric_names.FOLLOWUP_GENUINE_RATE, cell["rate"])
-        if cell["n"] and contrastive:
+        if cell["n"] and isinstance(judge, ContrastiveJudge):
             scored = [v for v in verdicts if not v.is_error]
             log_metric(metric_names.REWARD_GENERIC_FLOOR, sum(map(_generic, scored)) / len(scored))
     return rewards
@@ -123,14 +125,7 @@ def followup_reward(prompts, completions, context=None, judge=None, penalties=No
     if judge is None:
         raise ValueError("followup_reward: no judge bound; build it with get_reward('followup', judge=...)")
     verdicts = judge.judge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(
-        verdicts,
-        check_penalties(penalties),
-        log_metric,
-        _groups(prompts),
-        group_relative,
-        isinstance(judge, ContrastiveJudge),
-    )
+    return _scores(verdicts, judge, prompts, check_penalties(penalties), log_metric, group_relative)
 
 
 async def afollowup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
@@ -140,14 +135,7 @@ async def afollowup_reward(prompts, completions, context=None, judge=None, penal
     if judge is None:
         raise ValueError("afollowup_reward: no judge bound; build it with get_reward('followup', judge=...)")
     verdicts = await judge.ajudge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(
-        verdicts,
-        check_penalties(penalties),
-        log_metric,
-        _groups(prompts),
-        group_relative,
-        isinstance(judge, ContrastiveJudge),
-    )
+    return _scores(verdicts, judge, prompts, check_penalties(penalties), log_metric, group_relative)
 
 
 def ends_turn_reward(prompts, completions, completion_ids=None, end_ids=(), **kwargs) -> list[float]:

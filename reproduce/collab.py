@@ -16,10 +16,12 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
    `real` (real follow-ups only: MT-Bench second turns of training questions after the GPT-4 reference answer, and
    the user turns of multi-turn HealthBench training items, of which this data has none: all 9 are held out),
    `template_unfiltered` (one template follow-up per context, "Why is it {x}?", "What do you mean by {w}?", drawn
-   without a judge; `fic.data.followups`) and `template_filtered` (on the same contexts, the candidate the `learned`
-   judge, in its contrastive form, calls genuine with most confidence: genuine after this context's answer and not
-   after another's, `fic.judges.contrast`). No follow-ups sampled from a model. Follow-up RL's reward is contrastive
-   too (the recipe's `reward_judge_contrast`); the probes judge every model plainly, with the generic floor beside.
+   without a judge; `fic.data.followups`) and `template_filtered` (on the same contexts, the candidate the training
+   judge (`TRAINING_JUDGE`, `strict`: fitted on SmolLM2's and trained models' turns alike), in its contrastive form,
+   calls genuine with most confidence: genuine after this context's answer and not after another's,
+   `fic.judges.contrast`). No follow-ups sampled from a model. Follow-up RL's reward comes from the same judge, also
+   contrastive (the recipe's `reward_judge`, `reward_judge_contrast`); the probes judge every model plainly with the
+   judge of rates (`repro.JUDGE`, `learned`), with the generic floor beside.
 4. The learning rate and steps: a grid (`sft.grid`) trained on a mix of a third of each arm's rows, each point
    probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
    minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
@@ -92,7 +94,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import heldout
 import repro
+from heldout import HELDOUT_MTB_CATEGORIES, mt_bench_heldout_ids
 
 SCALE = repro.scale()
 # SCALE=gpu chooses the SFT learning rate and steps and RL's learning rate on dev inside the run; SCALE=cpu reads the
@@ -101,8 +105,9 @@ CHOOSE_IN_RUN = repro.chooses_in_run()
 
 TITLE = "Collaboration post-training (Table 2): collab SFT data arms and follow-up RL, with controls"
 
-HELDOUT_MTB_CATEGORIES = ("writing", "roleplay", "extraction", "stem", "humanities")  # no GPT-4 references there
 ARMS = ("real", "template_unfiltered", "template_filtered")
+# The judge of the training signals (the filtered arm's filter, follow-up RL's reward; the recipes name it too).
+TRAINING_JUDGE = "strict"
 DATASETS = ("healthbench", "mt_bench")
 NAMES = {
     "base": "SmolLM2 (base)", "real": "SFT: real follow-ups", "template_unfiltered": "SFT: template, unfiltered",
@@ -114,8 +119,8 @@ SETTINGS = {
     "scale": SCALE,
     "judge": repro.JUDGE,
     "judge_version": repro.judge_version(),
-    "seed": 0,
-    "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": 4,
+    "seed": heldout.SEED,
+    "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": heldout.PER_CATEGORY,
                 "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
     "dev": {"mt_bench": "training questions with no reference answer, outside the judge's fit",
             "healthbench_single_turn": 10, "samples": 2},
@@ -127,10 +132,10 @@ SETTINGS = {
     "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
     "arms": list(ARMS),
     "template_candidates": 6,
-    # The judge-filtered arm's filter and follow-up RL's reward judge contrastively (`fic.judges.contrast`): a turn
-    # also genuine after another context's answer is not kept / not rewarded. The probes judge plainly and report the
-    # generic floor beside every rate.
-    "training_judge": "contrast",
+    # The judge-filtered arm's filter and follow-up RL's reward: the `strict` judge, contrastively
+    # (`fic.judges.contrast`): a turn also genuine after another context's answer is not kept / not rewarded. The
+    # probes judge plainly with `repro.JUDGE` and report the generic floor beside every rate.
+    "training_judge": {"kind": TRAINING_JUDGE, "contrast": True, "version": repro.judge_version(TRAINING_JUDGE)},
     "sft": {
         # Every arm: the same rows, steps and learning rate; no arm loses its trained turn to truncation (keep_end).
         "overrides": ["max_length=512", "truncation_mode=keep_end", "lr_scheduler_type=constant", "warmup_steps=0",
@@ -165,17 +170,6 @@ def _write(path: Path, rows: list[dict]) -> Path:
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(path)
     return path
-
-
-def mt_bench_heldout_ids(questions: list[dict]) -> set[int]:
-    """The held-out MT-Bench question ids: 4 per category of `HELDOUT_MTB_CATEGORIES`, drawn with the part's seed.
-    `scripts/train_judge_classifier.py` keeps these items out of the judge's fit."""
-    rng = random.Random(SETTINGS["seed"])
-    held_ids = set()
-    for category in HELDOUT_MTB_CATEGORIES:
-        ids = sorted(r["question_id"] for r in questions if r["category"] == category)
-        held_ids |= set(rng.sample(ids, SETTINGS["heldout"]["mt_bench_per_category"]))
-    return held_ids
 
 
 def judge_fitted() -> set[str]:
@@ -307,7 +301,7 @@ def build_arms(out: Path, paths: dict[str, Path], log: Path) -> dict:
     if not (judged_dir / "followups.jsonl").exists():
         repro.fic(["build-followups", *[a for spec in template_specs(paths) for a in ("--contexts", spec)],
                    "--candidates", "templates", "--samples", SETTINGS["template_candidates"], "--keep", 1,
-                   "--responses", "data", "--judge", repro.JUDGE, "--contrast", "--seed", SETTINGS["seed"], "--out", judged_dir],
+                   "--responses", "data", "--judge", TRAINING_JUDGE, "--contrast", "--seed", SETTINGS["seed"], "--out", judged_dir],
                   log)  # fmt: skip
     arms = {"real": real, **template_arms(template_contexts(paths), _rows(judged_dir / "followups.jsonl"), len(real))}
     arms["mixed"] = mixed_arm(arms, len(real))

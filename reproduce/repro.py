@@ -175,12 +175,13 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def judge_version() -> str:
-    """`JUDGE`'s version (its rules and fitted classifier). The judged parts carry it in their settings, so a part
-    folder judged by an earlier classifier is refused (rerun it with `--redo PART`) instead of reused."""
+def judge_version(kind: str = JUDGE) -> str:
+    """A judge's version (its rules and fitted classifier; `JUDGE`'s by default). The judged parts carry it in their
+    settings, so a part folder judged by an earlier classifier is refused (rerun it with `--redo PART`) instead of
+    reused."""
     from fic.judges import make_judge
 
-    return make_judge(JUDGE).version
+    return make_judge(kind).version
 
 
 LABELS_BY = (

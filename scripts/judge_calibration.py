@@ -4,8 +4,9 @@ rate, and how the corrected rate reads on the labelled test split.
 
     python scripts/judge_calibration.py [--labels-per-run 60] [--draws 500] [--out labels/followup/judge_calibration.json]
 
-0. Transfer (printed first): each judge (`learned`, and `learned` in its contrastive form, `--contrast`) runs on the
-   labelled real turns outside its fit, split by who wrote them: *base* turns (SmolLM2-135M-Instruct: the labelled
+0. Transfer (printed first): each judge (`learned`, the judge of rates; `strict`, the judge of training signals,
+   fitted on SmolLM2's and trained models' turns alike; each also in its contrastive form, `--contrast`) runs on the
+   labelled real turns outside every one's fit, split by who wrote them: *base* turns (SmolLM2-135M-Instruct: the labelled
    items of `labels/followup/labels.jsonl` outside the classifier's fit, the IFBench check, the collab part's base
    model) and *trained* turns (the collab part's trained models: `labels/followup/collab/`, the run whose filter
    and reward judged plainly in `plain_judge_run/`; and the collab SFT / RL turns of `labels.jsonl`). Binary kappa, false-positive rate (failures called genuine) and recall, each with a
@@ -50,7 +51,8 @@ from fic.judges.validity import load_validation
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ROOT / "labels" / "followup"
 # (judge kind, contrast) of the transfer table; the first is the default judge of rates, the second its training form.
-TRANSFER_JUDGES = {"learned": ("learned", False), "learned+contrast": ("learned", True)}
+TRANSFER_JUDGES = {"learned": ("learned", False), "learned+contrast": ("learned", True),
+                   "strict": ("strict", False), "strict+contrast": ("strict", True)}  # fmt: skip
 TARGETS = {"trained_fpr_at_most": 0.10, "base_kappa_at_least": 0.5}
 
 
@@ -98,7 +100,8 @@ def judge_turns_by_source(judge, turns: list[dict]) -> list[bool | None]:
 
 def transfer(draws: int, seed: int) -> dict:
     """Part 0: agreement per judge on base and trained turns outside the fit, overall and per model."""
-    fitted = judge_provenance(make_judge("learned")).get("fitted_items") or set()
+    fitted = set().union(*(judge_provenance(make_judge(kind)).get("fitted_items") or set()
+                           for kind, _ in TRANSFER_JUDGES.values()))  # outside every judge's fit
     turns = transfer_turns(fitted)
     out: dict = {"turns": {who: sum(t["who"] == who for t in turns) for who in ("base", "trained")}, "judges": {}}
     for name, (kind, contrast) in TRANSFER_JUDGES.items():

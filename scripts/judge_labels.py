@@ -3,6 +3,7 @@
 
     python scripts/judge_labels.py pool PROBE_DIR [PROBE_DIR ...] --model NAME --out outputs/label_review
     python scripts/judge_labels.py collect outputs/label_review --out labels/followup
+    python scripts/judge_labels.py add PROBE_DIR=MODEL [PROBE_DIR=MODEL ...] [--double DIR=MODEL ...]
 
 `pool` merges the probe folders' samples.jsonl, drops every judge field (label, genuine, confidence, rationale,
 judge, generic_genuine) so not even the files an annotator could open hold a verdict, assigns each *item* (dataset,
@@ -14,6 +15,12 @@ first labels). `collect` joins the annotations back (`fic review` writes them in
 and writes `labels.jsonl` (one row per sample: identity, messages, user_turn, split, label, genuine, annotator,
 reader) and `double.jsonl` (the second labels), then prints the double-labelling kappa. `annotator` is who labelled,
 `reader` the reader id of the `fic review` plan (`r1` for a folder with one reader).
+
+`add` appends the labelled turns of probe folders (each labelled in `fic review`, one or several readers) to
+`--out` (`trained_fit.jsonl`: the trained models' turns the `strict` judge is fitted on) under the model name given,
+on new items only (an item that already has a label there or in `--labels` is refused: its split is fixed), 3 in 10
+items to dev and the rest to train by a hash of the item; `--double` folders hold a second, independent reader's
+labels of some of the same turns, written to `--double-out` with their agreement.
 """
 
 from __future__ import annotations
@@ -120,6 +127,75 @@ def collect(args) -> int:
     return 0
 
 
+def _named(spec: str) -> tuple[Path, str]:
+    folder, sep, model = spec.rpartition("=")
+    if not sep or not folder or not model:
+        raise SystemExit(f"{spec!r}: name each folder's model as DIR=MODEL")
+    return Path(folder), model
+
+
+def _named_offset(spec: str) -> tuple[str, int]:
+    dataset, sep, offset = spec.partition("=")
+    if not sep or not offset.isdigit():
+        raise SystemExit(f"{spec!r}: give an item offset as DATASET=N")
+    return dataset, int(offset)
+
+
+def _offset(row: dict, offsets: dict[str, int]) -> dict:
+    """A row whose positional item id counts from line `offsets[dataset]` of the full file (a probe of a slice of it)."""
+    if row["dataset"] in offsets:
+        row["item_id"] = str(int(row["item_id"]) + offsets[row["dataset"]])
+    return row
+
+
+def _fit_split(row: dict, dev_share: float = 0.3) -> str:
+    return "dev" if int(_hash(f"{row['dataset']}/{row['item_id']}")[:8], 16) / 16**8 < dev_share else "train"
+
+
+def add(args) -> int:
+    from fic.metrics import agreement, cohen_kappa
+
+    out = Path(args.out)
+    existing = [json.loads(line) for path in {*map(Path, args.labels), out} if path.is_file()
+                for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
+    taken = {(r["dataset"], str(r["item_id"])) for r in existing}
+    offsets = dict(_named_offset(spec) for spec in args.item_offset)
+    new = []
+    for spec in args.probe_dirs:
+        folder, model = _named(spec)
+        for row in _annotated(folder):
+            clean = {k: v for k, v in row.items() if k not in ("confidence", "rationale", "judge", "extra", "correct",
+                                                                "generic_genuine", "turn_sha")}  # fmt: skip
+            new.append(_offset({**clean, "model": model}, offsets))
+    for row in new:
+        row["split"] = _fit_split(row)
+    clash = sorted({(r["dataset"], str(r["item_id"])) for r in new} & taken)
+    if clash:
+        raise SystemExit(f"{len(clash)} items already have labels (e.g. {clash[0]}); add turns of new items only, so "
+                         "every item keeps one split")  # fmt: skip
+    with open(out, "a", encoding="utf-8") as f:
+        for row in sorted(new, key=_identity):
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    report = {"added": len(new), "genuine": sum(r["genuine"] for r in new),
+              "splits": {s: sum(r["split"] == s for r in new) for s in ("train", "dev")}}  # fmt: skip
+    if args.double:
+        first = {(r["model"], r["dataset"], str(r["item_id"]), r["user_turn"]): r for r in new}
+        second = [_offset({**row, "model": model}, offsets) for spec in args.double
+                  for folder, model in [_named(spec)] for row in _annotated(folder)]  # fmt: skip
+        with open(args.double_out, "w", encoding="utf-8") as f:
+            for row in sorted(second, key=_identity):
+                f.write(json.dumps({k: row[k] for k in ("model", "dataset", "item_id", "temperature", "sample",
+                                                        "user_turn", "label", "genuine", "annotator", "reader")},
+                                   ensure_ascii=False) + "\n")  # fmt: skip
+        pairs = [(first[k], r) for r in second if (k := (r["model"], r["dataset"], str(r["item_id"]),
+                                                         r["user_turn"])) in first]  # fmt: skip
+        a, b = [x["genuine"] for x, _ in pairs], [y["genuine"] for _, y in pairs]
+        report["double"] = {"pairs": len(pairs), "binary_kappa": round(cohen_kappa(a, b), 4),
+                            "binary_agreement": round(agreement(a, b), 4)}  # fmt: skip
+    print(json.dumps(report, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,8 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("collect", help="join the annotations into labels/followup/")
     c.add_argument("review_dir")
     c.add_argument("--out", default="labels/followup")
+    a = sub.add_parser("add", help="append labelled probe folders (new items) to a labels file, train / dev")
+    a.add_argument("probe_dirs", nargs="+", metavar="DIR=MODEL")
+    a.add_argument("--out", default="labels/followup/trained_fit.jsonl", help="the labels file to append to")
+    a.add_argument("--labels", nargs="*", default=["labels/followup/labels.jsonl"],
+                   help="other labels files whose items may not be added again")  # fmt: skip
+    a.add_argument("--double", nargs="*", default=[], metavar="DIR=MODEL", help="a second reader's folders")
+    a.add_argument("--double-out", default="labels/followup/fit_pool_double.jsonl")
+    a.add_argument("--item-offset", nargs="*", default=[], metavar="DATASET=N",
+                   help="the folders probed a slice of DATASET's file from line N (0-based): item ids count from N")  # fmt: skip
     args = parser.parse_args(argv)
-    return pool(args) if args.command == "pool" else collect(args)
+    return {"pool": pool, "collect": collect, "add": add}[args.command](args)
 
 
 if __name__ == "__main__":

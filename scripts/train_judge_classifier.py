@@ -5,7 +5,9 @@
 
 Fits `fic.judges.classifier` on the cases the surface rules leave open (that is all the classifier ever sees),
 chooses the L2 strength and the P(genuine) threshold by cross-validation over the train + dev items (grouped by
-item; highest binary kappa of the whole judge whose false-positive rate stays <= 10%), refits on train + dev,
+item; highest binary kappa of the whole judge whose false-positive rate stays <= 10%, on all turns and on the
+trained models' turns alone), reports model-held-out figures (fitted on SmolLM2's turns and scored on the trained
+models' turns of train + dev, and the reverse), refits on train + dev,
 writes the classifier, and scores the whole judge on the test
 split it never saw: binary kappa, false-positive rate (failures called genuine), label accuracy, genuine rate per
 dataset against the labelled rate, beside the rules-only judge; plus the cascade's share of unsure cases and what
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from fic.judges import Case
-from fic.judges.classifier import FollowupClassifier, fit
+from fic.judges.classifier import CONTEXT_FEATURES, FEATURES, FollowupClassifier, fit
 from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
 from fic.judges.labels import GENUINE_FOLLOWUP
 from fic.judges.provenance import item_key, prompt_hash
@@ -31,6 +33,21 @@ from fic.metrics import agreement, cohen_kappa
 
 ROOT = Path(__file__).resolve().parents[1]
 L2_GRID = (3.0, 10.0, 30.0, 100.0, 300.0)
+MAX_FPR = 0.10  # in cross-validation, on all turns (and, `strict`, on the trained models' turns alone)
+# What each shipped classifier is fitted on and held to. `rates` is the `learned` judge of every rate (SmolLM2's
+# labelled turns, the features without the context-dependence ones: the file shipped since 2026-12-02); `strict` is
+# the judge of training signals: the trained models' turns of `trained_fit.jsonl` join the fit, the context features
+# are in, their weight may match SmolLM2's (`family_balance`, chosen in cross-validation), and the false-positive
+# rate on their turns is held to `MAX_FPR` too.
+PURPOSES = {
+    "rates": {"judge": "learned", "out": "src/fic/judges/classifier.json", "report": "labels/followup/judge_eval.json",
+              "more_labels": [], "features": tuple(f for f in FEATURES if f not in CONTEXT_FEATURES),
+              "family_balance": (False,), "hold_trained_fpr": False, "version": "classifier-v2"},
+    "strict": {"judge": "strict", "out": "src/fic/judges/classifier_strict.json",
+               "report": "labels/followup/judge_eval_strict.json", "more_labels": ["labels/followup/trained_fit.jsonl"],
+               "features": FEATURES, "family_balance": (False, True), "hold_trained_fpr": True,
+               "version": "classifier-strict-v1"},
+}  # fmt: skip
 KEEP_SURE_GENUINE = (0.85, 0.9, 2.0)  # the rules' genuine verdicts this sure stand (2.0: the classifier decides all)
 CONSTRUCTED_LABELS = {"genuine": GENUINE_FOLLOWUP, "restate_verbatim": "previous_turn_restate",
                       "restate_edit": "previous_turn_restate", "copy": "assistant_turn_restate",
@@ -72,16 +89,38 @@ def figures(rows: list[dict], labels: list[str], genuine: list[bool], confidence
     return out
 
 
+def is_trained(row: dict) -> bool:
+    """A turn of a model trained from SmolLM2 (collab SFT, follow-up RL), not of SmolLM2 itself or a constructed case."""
+    return row.get("source") != "constructed" and row.get("model") not in (None, "smollm2", "base")
+
+
+def family_weights(rows: list[dict]) -> np.ndarray:
+    """Row weights under which the trained models' turns and the others (SmolLM2's, the constructed cases) carry
+    the same total weight."""
+    trained = np.asarray([is_trained(r) for r in rows])
+    n_trained, n_other = trained.sum(), (~trained).sum()
+    if not n_trained or not n_other:
+        return np.ones(len(rows))
+    return np.where(trained, n_other / n_trained, 1.0)
+
+
+def _fpr(rows: list[dict], genuine: list[bool]) -> float | None:
+    """Share of the failures in `rows` that `genuine` calls genuine (None without failures)."""
+    calls = [g for g, r in zip(genuine, rows) if not r["genuine"]]
+    return sum(calls) / len(calls) if calls else None
+
+
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def labelled_rows(labels: str | Path, shared: str | Path | None) -> list[dict]:
-    """The labelled turns, then (with `shared`, the folder holding mt_bench/) the constructed MT-Bench cases.
+def labelled_rows(labels: str | Path | list, shared: str | Path | None) -> list[dict]:
+    """The labelled turns (of one file or several), then (with `shared`, the folder holding mt_bench/) the
+    constructed MT-Bench cases.
 
     Real people's second turns (after GPT-4's answer) and failures built from them: the human side of the
     distribution, rare among a small model's turns; split `constructed`, always in training, never in a score."""
-    rows = load(Path(labels))
+    rows = [r for path in ([labels] if isinstance(labels, (str, Path)) else labels) for r in load(Path(path))]
     for r in rows:
         r.setdefault("source", "labelled")
     if shared:
@@ -102,7 +141,7 @@ def excluded_items(shared: str | Path | None) -> dict[str, str]:
     if not shared:
         return {}
     sys.path.insert(0, str(ROOT / "reproduce"))
-    from collab import mt_bench_heldout_ids
+    from heldout import mt_bench_heldout_ids
 
     from fic.data import load_source
 
@@ -140,9 +179,11 @@ def item_folds(rows: list[dict], pool: list[int], folds: int) -> list[list[int]]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--purpose", choices=sorted(PURPOSES), default="rates",
+                        help="which shipped classifier to fit: `rates` (the `learned` judge) or `strict` (see PURPOSES)")
     parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
-    parser.add_argument("--out", default=str(ROOT / "src/fic/judges/classifier.json"))
-    parser.add_argument("--report", default=str(ROOT / "labels/followup/judge_eval.json"))
+    parser.add_argument("--out", help="the classifier file (default: the purpose's shipped one)")
+    parser.add_argument("--report", help="the figures (default: the purpose's file under labels/followup/)")
     parser.add_argument("--validation", default=str(ROOT / "src/fic/judges/validation.json"))
     parser.add_argument("--folds", type=int, default=7, help="cross-validation folds over train + dev items")
     parser.add_argument(
@@ -151,8 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         help="shared data folder (holds mt_bench/) for the constructed cases added to every training fold ('' for none)",
     )
     args = parser.parse_args(argv)
+    purpose = PURPOSES[args.purpose]
+    args.out = args.out or str(ROOT / purpose["out"])
+    args.report = args.report or str(ROOT / purpose["report"])
 
-    rows, cases, rule_verdicts, features = rules_and_features(args.labels, args.mt_bench)
+    label_files = [args.labels, *(str(ROOT / f) for f in purpose["more_labels"])]
+    rows, cases, rule_verdicts, features = rules_and_features(label_files, args.mt_bench)
+    columns = [FEATURES.index(name) for name in purpose["features"]]
+    features = {i: [row[c] for c in columns] for i, row in features.items()}
     rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
     # Items make reproduce evaluates leave every fit: their labelled turns join the held-out ones that measure the
     # judge (`excluded`), constructed cases built on them are dropped.
@@ -169,18 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} labelled: train {len(split['train'])}, dev {len(split['dev'])}, test {len(split['test'])}; "
           f"{len(features)} left open by the surface rules")  # fmt: skip
 
-    def train(idx: list[int], l2: float, threshold: float, keep: float = 2.0) -> FollowupClassifier:
+    def train(idx: list[int], l2: float, threshold: float, keep: float = 2.0, balance: bool = False):
         idx = [i for i in idx if i in features]
         x = np.asarray([features[i] for i in idx])
         binary = [GENUINE_FOLLOWUP if rows[i]["genuine"] else "failure" for i in idx]
         failed = [i for i in idx if not rows[i]["genuine"]]
         return FollowupClassifier(
-            genuine=fit(x, binary, [GENUINE_FOLLOWUP, "failure"], l2=l2),
+            genuine=fit(x, binary, [GENUINE_FOLLOWUP, "failure"], l2=l2,
+                        weight=family_weights([rows[i] for i in idx]) if balance else None),
             failure=fit(
                 np.asarray([features[i] for i in failed]), [rows[i]["label"] for i in failed], failure_labels, l2=l2
             ),  # fmt: skip
             threshold=threshold,
             keep_sure_genuine=keep,
+            features=purpose["features"],
         )
 
     def decide(model: FollowupClassifier, idx: list[int]):
@@ -197,11 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     # Grouped cross-validation on train + dev: every item's samples sit in one fold.
     folds = item_folds(rows, fit_pool, args.folds)
     pool_rows = [rows[i] for f in folds for i in f]
+    trained_mask = [is_trained(r) for r in pool_rows]
     best = None
-    for l2 in L2_GRID:
+    for l2, balance in [(l2, b) for l2 in L2_GRID for b in purpose["family_balance"]]:
         p_cv, fail_cv = {}, {}
         for f, held in enumerate(folds):
-            model = train([i for g, other in enumerate(folds) if g != f for i in other] + constructed, l2, 0.5)
+            model = train([i for g, other in enumerate(folds) if g != f for i in other] + constructed, l2, 0.5,
+                          balance=balance)  # fmt: skip
             opened = [i for i in held if i in features]
             x = np.asarray([features[i] for i in opened])
             p_cv.update(zip(opened, model.p_genuine(x)))
@@ -216,21 +267,42 @@ def main(argv: list[str] | None = None) -> int:
                 f = figures(pool_rows, [v.label for v in verdicts], [v.genuine for v in verdicts],
                             [v.confidence for v in verdicts])  # fmt: skip
                 gap = max(abs(d["gap_points"]) for d in f["per_dataset"].values())
-                score = f["binary_kappa"] - (1.0 if f["false_positive_rate"] > 0.10 else 0.0) - 0.002 * gap
+                trained_fpr = _fpr([r for r, t in zip(pool_rows, trained_mask) if t],
+                                   [v.genuine for v, t in zip(verdicts, trained_mask) if t])  # fmt: skip
+                too_lenient = f["false_positive_rate"] > MAX_FPR or (
+                    purpose["hold_trained_fpr"] and (trained_fpr or 0.0) > MAX_FPR
+                )
+                score = f["binary_kappa"] - (1.0 if too_lenient else 0.0) - 0.002 * gap
                 if best is None or score > best[0]:
-                    best = (score, l2, threshold, keep, f)
-    _, l2, threshold, keep, cv_figures = best
-    model = train(fit_pool + constructed, l2, threshold, keep)
+                    best = (score, l2, balance, threshold, keep,
+                            {**f, "trained_model_false_positive_rate": trained_fpr})  # fmt: skip
+    _, l2, balance, threshold, keep, cv_figures = best
+    model = train(fit_pool + constructed, l2, threshold, keep, balance)
 
+    # Model-held-out validation: fitted on one model family's turns (plus the constructed cases), scored on the
+    # other's, at the chosen settings. Trained-model turns (models trained from SmolLM2) write differently: what
+    # transfers from base turns to them, and back, is what a judge inside a training loop meets.
+    base_pool = [i for i in fit_pool if not is_trained(rows[i])]
+    trained_pool = [i for i in fit_pool if is_trained(rows[i])]
+    model_held_out = {}
+    if base_pool and trained_pool:
+        for name, fit_on, score_on in (("fit_base_score_trained", base_pool, trained_pool),
+                                       ("fit_trained_score_base", trained_pool, base_pool)):  # fmt: skip
+            held = decide(train(fit_on + constructed, l2, threshold, keep, balance), score_on)
+            model_held_out[name] = figures([rows[i] for i in score_on], [v.label for v in held],
+                                           [v.genuine for v in held])  # fmt: skip
     test_rows = [rows[i] for i in split["test"]]
     test_verdicts = decide(model, split["test"])
     old = [rule_verdicts[i] for i in split["test"]]
     heldout_verdicts = decide(model, heldout)
-    labels_path = Path(args.labels).resolve()
+    labels_names = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+                    for p in (Path(f).resolve() for f in label_files)]  # fmt: skip
     report = {
-        "labels": str(labels_path.relative_to(ROOT)) if labels_path.is_relative_to(ROOT) else str(labels_path),
+        "purpose": args.purpose,
+        "labels": " + ".join(labels_names),
         "split_sizes": {**{s: len(v) for s, v in split.items()}, "constructed_mt_bench": len(constructed)},
-        "chosen": {"l2": l2, "threshold": threshold, "keep_sure_genuine": keep, "folds": args.folds},
+        "chosen": {"l2": l2, "family_balance": balance, "threshold": threshold, "keep_sure_genuine": keep,
+                   "folds": args.folds},
         "cross_validation_train_dev": cv_figures,
         "test": figures(
             test_rows,
@@ -239,13 +311,15 @@ def main(argv: list[str] | None = None) -> int:
             [v.confidence for v in test_verdicts],
         ),  # fmt: skip
         "test_rules_only": figures(test_rows, [v.label for v in old], [v.genuine for v in old]),
+        "model_held_out": model_held_out,
         "excluded_items": {
             why: sum(1 for w in excluded.values() if w == why) for why in sorted(set(excluded.values()))
         },
     }
     fitted = sorted({item_key(rows[i]["dataset"], rows[i]["messages"]) for i in fit_pool + constructed})
     assert not {k.rsplit("/", 1)[-1] for k in fitted} & set(excluded), "an excluded item reached the fit"
-    version = f"classifier-v2-{len(fit_pool)}labels-l2{l2:g}-t{threshold:g}-keep{keep:g}"
+    version = (f"{purpose['version']}-{len(fit_pool)}labels-l2{l2:g}{'-fb' if balance else ''}-t{threshold:g}"
+               f"-keep{keep:g}")  # fmt: skip
     model.meta = {"version": version, "trained_on": report["labels"], "split_sizes": report["split_sizes"],
                   "fitted_on": "train+dev+constructed MT-Bench cases", "cross_validation": {k: cv_figures[k] for k in ("binary_kappa",
                   "false_positive_rate", "label_accuracy")},
@@ -254,17 +328,24 @@ def main(argv: list[str] | None = None) -> int:
                                                            "judge_genuine_rate")}}  # fmt: skip
     model.meta["fitted_items"] = fitted
     model.save(args.out)
-    learned = HeuristicJudge(HeuristicJudgeConfig(classifier=args.out))
+    fitted_judge = HeuristicJudge(HeuristicJudgeConfig(classifier=args.out))
     rules_heldout = [rule_verdicts[i] for i in heldout]
-    validation = {
-        rules.version: {"labels": report["labels"], "test": report["test_rules_only"],
-                        "errors": error_pairs(rows, heldout, rules_heldout),
-                        "note": "the rules alone (judge `heuristic`)"},
-        learned.version: {"labels": report["labels"], "test": report["test"],
-                          "errors": error_pairs(rows, heldout, heldout_verdicts),
-                          "note": "rules + classifier (judge `learned`)"},
-    }  # fmt: skip
-    Path(args.validation).write_text(compact_json(validation) + "\n", encoding="utf-8")
+    # One validation file for every shipped judge: this purpose's entries replace their own earlier ones only.
+    kind = purpose["judge"]
+    path = Path(args.validation)
+    # (Entries without a `judge` field predate `strict`: the `rates` purpose wrote them.)
+    mine = {"learned", "heuristic"} if kind == "learned" else {kind}
+    validation = {k: v for k, v in (json.loads(path.read_text()) if path.is_file() else {}).items()
+                  if ("learned" if v.get("judge") == "heuristic" else v.get("judge", "learned")) not in mine}
+    if kind == "learned":  # the rules alone (`heuristic`) are measured with it
+        validation[rules.version] = {"judge": "heuristic", "labels": report["labels"],
+                                     "test": report["test_rules_only"],
+                                     "errors": error_pairs(rows, heldout, rules_heldout),
+                                     "note": "the rules alone (judge `heuristic`)"}
+    validation[fitted_judge.version] = {"judge": kind, "labels": report["labels"], "test": report["test"],
+                                        "errors": error_pairs(rows, heldout, heldout_verdicts),
+                                        "note": f"rules + classifier (judge `{kind}`)"}  # fmt: skip
+    path.write_text(compact_json(validation) + "\n", encoding="utf-8")
     Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: report[k] for k in ("chosen", "test", "test_rules_only")}, indent=1))
     print(f"wrote {args.out} and {args.report}")

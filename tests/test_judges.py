@@ -515,3 +515,31 @@ def test_repetition_is_degenerate():
     verdicts = HeuristicJudge().judge([Case(context, " again?  again?  again? a again?"),
                                        Case(context, "why why why why is it 36")])  # fmt: skip
     assert [v.label for v in verdicts] == ["degenerate_short", "degenerate_short"]
+
+
+def test_pointer_sources_say_where_what_a_turn_points_at_comes_from():
+    from fic.judges.classifier import _pointer_sources, pointers
+
+    assert pointers("Why did you say 'nestled' about Buenos Aires? Is 624 right?") == {"nestled", "buenos", "aires", "624"}
+    assert pointers("I don't know what it's for. Can you explain?") == set()  # contractions are not quotes
+    question = "A 14-year-old has a seizure. Which steps follow?"
+    answer = "An EEG within 24 hours, then an MRI."
+    assert _pointer_sources("Why is it 14?", question, answer) == (1.0, 0.0, 0.0)  # from the user's own message
+    assert _pointer_sources("Why an EEG within 24 hours?", question, answer) == (0.0, 2.0, 0.0)  # only the answer's
+    assert _pointer_sources("What about the 2?", question, answer) == (0.0, 0.0, 1.0)  # from nowhere
+
+
+def test_classifier_features_carry_the_answer_against_unrelated_answers(heuristic):
+    from fic.judges.classifier import FEATURES
+    from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
+
+    rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+    context = [{"role": "user", "content": "How do I keep basil alive indoors?"},
+               {"role": "assistant", "content": "Give basil six hours of sun, water when the top inch is dry, and "
+                                                "pinch off the flower buds so the leaves keep growing."}]  # fmt: skip
+    cases = [Case(context, "Why should I pinch off the flower buds?"), Case(context, "Can you tell me more?")]
+    _, open_cases = rules.rule_verdicts(cases, features=True)
+    vectors = {i: dict(zip(FEATURES, row)) for i, row in open_cases}
+    assert all(len(v) == len(FEATURES) for v in vectors.values())
+    specific = vectors[0]
+    assert specific["cos_a"] > specific["cos_foils"] and specific["cos_a_minus_foils"] > 0.2

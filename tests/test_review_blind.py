@@ -281,13 +281,18 @@ def test_folders_planned_differently_must_be_told_which_plan(tmp_path, capsys):
     assert ReviewStore([a, b], seed=3).seed == 3
 
 
-def test_judge_labels_collect_carries_reader_and_leaves_the_plan(tmp_path):
+def _judge_labels_script():
     import importlib.util
 
     script = Path(__file__).parents[1] / "scripts" / "judge_labels.py"
     spec = importlib.util.spec_from_file_location("judge_labels", script)
     judge_labels = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(judge_labels)
+    return judge_labels
+
+
+def test_judge_labels_collect_carries_reader_and_leaves_the_plan(tmp_path):
+    judge_labels = _judge_labels_script()
     review = tmp_path / "review"
     for name in ("A", "double"):
         store = ReviewStore(write_run(review / name, name, 4), seed=7, annotator=f"ann-{name}")
@@ -299,3 +304,37 @@ def test_judge_labels_collect_carries_reader_and_leaves_the_plan(tmp_path):
     assert len(rows) == 3 and {(r["annotator"], r["reader"]) for r in rows} == {("ann-A", "r1")}
     assert (review / "A" / "review" / "order.json").read_text() == plan  # collect only reads
     assert json.loads((tmp_path / "out" / "double_agreement.json").read_text())["labelled"] == 3
+
+
+def test_judge_labels_add_appends_new_items_with_their_model_and_refuses_labelled_items(tmp_path, capsys):
+    judge_labels = _judge_labels_script()
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"model": "smollm2", "dataset": "gsm8k", "item_id": "1", "split": "test"}) + "\n")
+    first = ReviewStore(write_run(tmp_path / "a", "a", 8), seed=3)
+    for k, item_id in enumerate(first.order):
+        first.annotate(item_id, "genuine_followup" if k % 2 else "new_task_prompt", bool(k % 2))
+    second = ReviewStore(write_run(tmp_path / "a2", "a", 8), seed=4, annotator="other")
+    for item_id in second.order[:4]:
+        second.annotate(item_id, "new_task_prompt", False)
+    out = tmp_path / "trained_fit.jsonl"
+    argv = ["add", f"{tmp_path / 'a'}=collab_x", "--out", str(out), "--labels", str(labels), "--item-offset", "gsm8k=1000",
+            "--double", f"{tmp_path / 'a2'}=collab_x", "--double-out", str(tmp_path / "double.jsonl")]
+    assert judge_labels.main(argv) == 0
+    added = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(added) == 8 and {r["model"] for r in added} == {"collab_x"}
+    assert {r["item_id"] for r in added if r["dataset"] == "gsm8k"} == {"1000", "1001", "1002", "1003"}  # from line 1000
+    assert {r["item_id"] for r in added if r["dataset"] == "mt_bench"} == {"0", "1", "2", "3"}
+    assert all(r["split"] in ("train", "dev") and "confidence" not in r for r in added)
+    splits = {(r["dataset"], r["item_id"]): r["split"] for r in added}
+    assert all(splits[(r["dataset"], r["item_id"])] == r["split"] for r in added)  # one split per item
+    report = json.loads(capsys.readouterr().out)
+    assert report["added"] == 8 and report["double"]["pairs"] == 4
+    # The same items again: refused in one line, the file untouched; so are items another labels file has.
+    before = out.read_text()
+    with pytest.raises(SystemExit, match="already have labels"):
+        judge_labels.main(argv[:6])
+    assert out.read_text() == before
+    labels.write_text(json.dumps({"dataset": "mt_bench", "item_id": "0"}) + "\n")
+    with pytest.raises(SystemExit, match="already have labels"):
+        judge_labels.main(["add", f"{tmp_path / 'a'}=collab_x", "--out", str(tmp_path / "new.jsonl"), "--labels", str(labels)])
+    assert not (tmp_path / "new.jsonl").exists()

@@ -37,6 +37,9 @@ from .features import (
 from .labels import GENUINE_FOLLOWUP, NEW_TASK_PROMPT, PREVIOUS_TURN_RESTATE
 
 DEFAULT_PATH = Path(__file__).with_name("classifier.json")
+# The `strict` judge's classifier: fitted on SmolLM2's and trained models' turns alike, its threshold held to a
+# false-positive rate of 0.10 on the trained models' turns (`scripts/train_judge_classifier.py --purpose strict`).
+STRICT_PATH = Path(__file__).with_name("classifier_strict.json")
 
 FEATURES: tuple[str, ...] = (
     "cos_q",  # cosine of the turn to the previous user message
@@ -80,7 +83,17 @@ FEATURES: tuple[str, ...] = (
     "revision",  # rewrite / shorter / more engaging / make it ...
     "not_from_question_share",
     "only_question_words",
+) + (
+    # Context dependence (issue 36; the `strict` classifier's, not the shipped `learned` one's): how much more the
+    # turn is about its own answer than about unrelated answers, and where what it points at comes from.
+    "cos_foils",  # mean cosine of the turn to the fixed unrelated answers of `fic.judges.contrast.FOIL_ANSWERS`
+    "cos_a_minus_foils",
+    "pointers_from_question",  # the turn's pointers found in the user's message
+    "pointers_answer_only",  # ... found only in the answer (what "builds on what only the assistant introduced" means)
+    "pointers_nowhere",  # ... in neither (a number or name made up)
+    "generic_only",  # no content word outside the generic request words ("give me an example of that")
 )
+CONTEXT_FEATURES = FEATURES[FEATURES.index("cos_foils") :]
 
 
 _SENTENCE_END = re.compile(r"[.!?]+(?:\s|$)")
@@ -102,6 +115,31 @@ _REVISION = re.compile(
     re.IGNORECASE,
 )
 _SECOND_PERSON = re.compile(r"\b(?:you|your|you're|yours)\b", re.IGNORECASE)
+# What a turn points at: numbers, quoted spans, and capitalised words that do not open a sentence.
+_QUOTED = re.compile(r"[\"“]([^\"”]{2,60})[\"”]|(?<!\w)['‘]([^'’]{2,60})['’](?!\w)")
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w-]{2,}")
+
+
+def pointers(text: str) -> set[str]:
+    """The specific things a text points at, lower-cased: its numbers, quoted spans and capitalised words (not
+    sentence-initial ones, not "I")."""
+    found = set(NUMBER.findall(text)) | {(a or b).strip().lower() for a, b in _QUOTED.findall(text)}
+    return found | {w.lower() for w in _CAPITALISED.findall(text.strip())}
+
+
+def _pointer_sources(turn: str, question: str, answer: str) -> tuple[float, float, float]:
+    """How many of the turn's pointers occur in the question, only in the answer, and in neither."""
+    q, a = question.lower(), answer.lower()
+    in_q = in_a_only = nowhere = 0
+    for p in pointers(turn):
+        whole = re.compile(rf"(?<![\w.]){re.escape(p)}(?!\w)")  # "2" is not in "24"
+        if whole.search(q):
+            in_q += 1
+        elif whole.search(a):
+            in_a_only += 1
+        else:
+            nowhere += 1
+    return float(in_q), float(in_a_only), float(nowhere)
 
 
 def _last_sentence_words(text: str) -> list[str]:
@@ -110,7 +148,7 @@ def _last_sentence_words(text: str) -> list[str]:
 
 
 def feature_vector(
-    f: TurnFeatures, ctx: ExchangeContext, cos_q: float, cos_a: float, cos_qa: float, rule: Verdict
+    f: TurnFeatures, ctx: ExchangeContext, cos_q: float, cos_a: float, cos_qa: float, cos_foils: float, rule: Verdict
 ) -> list[float]:
     """The classifier's inputs for one case, in the order of `fic.judges.classifier.FEATURES`."""
     text = f.text
@@ -169,6 +207,10 @@ def feature_vector(
         float(bool(_REVISION.search(text))),
         len(content - ctx.q_content) / n_content,  # content not from the user's message
         float(bool(content) and content <= ctx.q_content | GENERIC_WORDS),  # only the user's own words
+        cos_foils,
+        cos_a - cos_foils,
+        *_pointer_sources(text, ctx.question, ctx.answer),
+        float(content <= GENERIC_WORDS),
     ]
 
 
@@ -225,15 +267,23 @@ class FollowupClassifier:
     threshold: float = 0.5
     keep_sure_genuine: float = 2.0
     meta: dict = field(default_factory=dict)
+    features: tuple[str, ...] = FEATURES
+
+    def _inputs(self, x: np.ndarray) -> np.ndarray:
+        """Its own features' columns of rows of all `FEATURES` (rows of its features alone pass through)."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        if x.shape[1] == len(self.features):
+            return x
+        return x[:, [FEATURES.index(name) for name in self.features]]
 
     def p_genuine(self, x: np.ndarray) -> np.ndarray:
-        return self.genuine.proba(x)[:, 0]
+        return self.genuine.proba(self._inputs(x))[:, 0]
 
     def failure_labels(self, x: np.ndarray) -> list[str]:
-        return [self.failure.labels[k] for k in self.failure.proba(x).argmax(axis=1)]
+        return [self.failure.labels[k] for k in self.failure.proba(self._inputs(x)).argmax(axis=1)]
 
     def save(self, path: str | Path) -> None:
-        data = {"features": list(FEATURES), "threshold": self.threshold,
+        data = {"features": list(self.features), "threshold": self.threshold,
                 "keep_sure_genuine": self.keep_sure_genuine, "genuine": self.genuine.to_json(),
                 "failure": self.failure.to_json(), "meta": self.meta}  # fmt: skip
         Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -241,9 +291,10 @@ class FollowupClassifier:
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH) -> FollowupClassifier:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("features") != list(FEATURES):
+        unknown = [name for name in data.get("features") or ["(none listed)"] if name not in FEATURES]
+        if unknown:
             raise ValueError(
-                f"{path}: its features differ from fic.judges.classifier.FEATURES; retrain it with "
+                f"{path}: features {unknown} are not in fic.judges.classifier.FEATURES; retrain it with "
                 "`python scripts/train_judge_classifier.py`"
             )
         return cls(
@@ -252,12 +303,14 @@ class FollowupClassifier:
             threshold=float(data["threshold"]),
             keep_sure_genuine=float(data.get("keep_sure_genuine", 2.0)),
             meta=dict(data.get("meta", {})),
+            features=tuple(data["features"]),
         )
 
 
 def fit(x: np.ndarray, y: list[str], labels: list[str], l2: float = 1.0, steps: int = 3000, lr: float = 0.5,
-        balanced: bool = True) -> SoftmaxModel:  # fmt: skip
-    """Fit a softmax regression on rows `x` with labels `y` (each one of `labels`); deterministic."""
+        balanced: bool = True, weight: np.ndarray | None = None) -> SoftmaxModel:  # fmt: skip
+    """Fit a softmax regression on rows `x` with labels `y` (each one of `labels`); deterministic. `weight` scales
+    each row's share of the loss (on top of the class balance)."""
     x = np.asarray(x, dtype=np.float64)
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
@@ -269,6 +322,8 @@ def fit(x: np.ndarray, y: list[str], labels: list[str], l2: float = 1.0, steps: 
     counts = targets.sum(axis=0)
     class_weight = np.where(counts > 0, len(y) / (len(labels) * np.maximum(counts, 1)), 0.0) if balanced else None
     row_weight = targets @ class_weight if balanced else np.ones(len(y))
+    if weight is not None:
+        row_weight = row_weight * np.asarray(weight, dtype=np.float64)
     row_weight = row_weight / row_weight.sum()
     w = np.zeros((len(labels), x.shape[1]))
     b = np.zeros(len(labels))

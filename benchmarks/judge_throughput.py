@@ -11,10 +11,12 @@ process after the encoder is loaded and warmed up (model load excluded):
 * `learned_cases_per_s`: the `learned` judge (the same rules plus the classifier of `fic.judges.classifier`, which
   needs the encoder's similarities for every case the rules leave open) on the same cases, timed in the same turns
   (target >= 50 on 2 cores); `learned_over_rules` = its time / the rules judge's time.
-* `contrast_cases_per_s`: the `learned` judge in its contrastive form (`make_judge("learned", contrast=True)`, the
-  judge of the collab filter and the follow-up RL reward: the turns it calls genuine are judged again after another
-  context's answer), same cases, same turns (target >= 50 on 2 cores); `contrast_over_learned` = its time / the
-  plain `learned` judge's.
+* `contrast_cases_per_s`: the `learned` judge in its contrastive form (`make_judge("learned", contrast=True)`: the
+  turns it calls genuine are judged again after another context's answer), same cases, same turns (target >= 50 on
+  2 cores); `contrast_over_learned` = its time / the plain `learned` judge's.
+* `strict_contrast_cases_per_s`: the judge of the collab filter and the follow-up RL reward, the `strict` judge in
+  its contrastive form (`make_judge("strict", contrast=True)`: its classifier also reads the turn's similarity to
+  fixed unrelated answers), same cases, same turns (target >= 50 on 2 cores).
 
 Contexts are the 30 MT-Bench first questions with their GPT-4 reference answers (question + answer cut to at most
 512 encoder tokens); each gets `samples` user turns, as a probe drawing several samples per context would: the real
@@ -160,6 +162,8 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
     # The training form (collab filter, follow-up RL reward): the turns called genuine are judged again after a foil.
     contrast = make_judge("learned", contrast=True)
     contrast_verdicts = contrast.judge(cases)
+    strict = make_judge("strict", contrast=True)
+    strict_verdicts = strict.judge(cases)
 
     def run_judge():
         judge.judge(cases)
@@ -170,13 +174,17 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
     def run_contrast():
         contrast.judge(cases)
 
+    def run_strict():
+        strict.judge(cases)
+
     def run_encoder():
         for texts, kw in calls:
             encoder.encode(texts, **kw)
 
     cpu: dict[str, list[float]] = {}
     times = common.interleaved_times(
-        {"judge": run_judge, "encoder": run_encoder, "learned": run_learned, "contrast": run_contrast}, args.repeats,
+        {"judge": run_judge, "encoder": run_encoder, "learned": run_learned, "contrast": run_contrast,
+         "strict_contrast": run_strict}, args.repeats,
         max(1, args.warmup),
         "cpu", cpu,
     )  # fmt: skip
@@ -199,6 +207,7 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         "learned_over_rules": t_learned / t_judge,
         "contrast_cases_per_s": len(cases) / t_contrast,
         "contrast_over_learned": t_contrast / t_learned,
+        "strict_contrast_cases_per_s": len(cases) / common.median(times["strict_contrast"]),
     }
     settings = dict(
         cases=len(cases), contexts=len(contexts), samples_per_context=s["samples"], data=source,
@@ -207,6 +216,8 @@ def heuristic_figures(args, s) -> tuple[dict, dict]:
         seconds_judge=times["judge"], seconds_encoder=times["encoder"], seconds_learned=times["learned"],
         learned_labels=dict(Counter(v.label for v in learned_verdicts)),
         seconds_contrast=times["contrast"], contrast_labels=dict(Counter(v.label for v in contrast_verdicts)),
+        seconds_strict_contrast=times["strict_contrast"],
+        strict_contrast_labels=dict(Counter(v.label for v in strict_verdicts)),
     )  # fmt: skip
     return figures, settings
 

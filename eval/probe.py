@@ -369,8 +369,9 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
     """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics."""
-    judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model,
-                       contrast=config.judge_contrast)
+    judge = make_judge(
+        config.judge, base_url=config.judge_base_url, model=config.judge_model, contrast=config.judge_contrast
+    )
     summary = run_probe(
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,

@@ -869,7 +869,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
               for k, v in summary["turn_stats"].items() for d, s in v.items()],
     )  # fmt: skip
     reward = repro.Table(
-        caption=f"Follow-up RL reward curve (GRPO, reward from the `{repro.JUDGE}` judge; per logged step)",
+        caption=f"Follow-up RL reward curve (GRPO, reward from the `{TRAINING_JUDGE}` judge, contrastive; per logged step)",
         columns=["step", "mean reward", "reward std", "genuine share", "mean completion tokens"],
         rows=[[c["step"], c.get("reward"), c.get("reward_std"), c.get("followup/genuine_rate"),
                c.get("completions/mean_length")] for c in curve],
@@ -913,8 +913,10 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          "question); HealthBench adds none, since all 9 of its multi-turn items are the held-out set. **template, "
          f"unfiltered** and **template, judge-filtered** = the same {n_rows} GSM8K-train and single-turn HealthBench "
          f"contexts ({', '.join(f'{v} {k}' for k, v in src.items())}) with their reference answers, followed by one "
-         f"of {SETTINGS['template_candidates']} template follow-ups: drawn at random, or the one the `{repro.JUDGE}` "
-         "judge calls genuine with most confidence (the judge that scores the result). The real arm's contexts are "
+         f"of {SETTINGS['template_candidates']} template follow-ups: drawn at random, or the one the "
+         f"`{TRAINING_JUDGE}` judge, contrastively, calls genuine with most confidence (the judge of training "
+         f"signals, refitted with trained models' turns; the probes score with `{repro.JUDGE}`, and follow-up RL's "
+         f"reward is the `{TRAINING_JUDGE}` judge's, contrastive, too). The real arm's contexts are "
          "MT-Bench math, reasoning and coding questions, the template arms' GSM8K and HealthBench: arm and context "
          "source are not separable here."),
         (f"Learning rate and steps were chosen on dev contexts ({tuning['dev']['contexts']['mt_bench']} MT-Bench training "

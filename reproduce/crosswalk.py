@@ -47,7 +47,8 @@ CROSSWALK = (
         "differs": f"{MODEL} instead of Qwen3.5-2B; 9 held-out HealthBench multi-turn contexts; 20 held-out MT-Bench "
         "questions stand in for Coval (openai/coval is not available offline); no IFBench column; SFT in three data "
         "arms of the same budget (real MT-Bench second turns only, as HealthBench's multi-turn items are all held "
-        "out; template follow-ups unfiltered; template follow-ups filtered by the judge that scores the result), "
+        "out; template follow-ups unfiltered; template follow-ups filtered by the strict judge of training signals, "
+        "contrastively), "
         "35 rows each, learning rate and steps chosen on dev contexts; the generic floor of every model; calibrated "
         "rates only where blind labels of the run's turns exist; one seed",
     },

@@ -100,8 +100,9 @@ def judge_turns_by_source(judge, turns: list[dict]) -> list[bool | None]:
 
 def transfer(draws: int, seed: int) -> dict:
     """Part 0: agreement per judge on base and trained turns outside the fit, overall and per model."""
-    fitted = set().union(*(judge_provenance(make_judge(kind)).get("fitted_items") or set()
-                           for kind, _ in TRANSFER_JUDGES.values()))  # outside every judge's fit
+    fitted = set().union(
+        *(judge_provenance(make_judge(kind)).get("fitted_items") or set() for kind, _ in TRANSFER_JUDGES.values())
+    )  # outside every judge's fit
     turns = transfer_turns(fitted)
     out: dict = {"turns": {who: sum(t["who"] == who for t in turns) for who in ("base", "trained")}, "judges": {}}
     for name, (kind, contrast) in TRANSFER_JUDGES.items():

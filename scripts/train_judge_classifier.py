@@ -179,8 +179,12 @@ def item_folds(rows: list[dict], pool: list[int], folds: int) -> list[list[int]]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--purpose", choices=sorted(PURPOSES), default="rates",
-                        help="which shipped classifier to fit: `rates` (the `learned` judge) or `strict` (see PURPOSES)")
+    parser.add_argument(
+        "--purpose",
+        choices=sorted(PURPOSES),
+        default="rates",
+        help="which shipped classifier to fit: `rates` (the `learned` judge) or `strict` (see PURPOSES)",
+    )
     parser.add_argument("--labels", default=str(ROOT / "labels/followup/labels.jsonl"))
     parser.add_argument("--out", help="the classifier file (default: the purpose's shipped one)")
     parser.add_argument("--report", help="the figures (default: the purpose's file under labels/followup/)")
@@ -222,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         binary = [GENUINE_FOLLOWUP if rows[i]["genuine"] else "failure" for i in idx]
         failed = [i for i in idx if not rows[i]["genuine"]]
         return FollowupClassifier(
-            genuine=fit(x, binary, [GENUINE_FOLLOWUP, "failure"], l2=l2,
-                        weight=family_weights([rows[i] for i in idx]) if balance else None),
+            genuine=fit(
+                x,
+                binary,
+                [GENUINE_FOLLOWUP, "failure"],
+                l2=l2,
+                weight=family_weights([rows[i] for i in idx]) if balance else None,
+            ),
             failure=fit(
                 np.asarray([features[i] for i in failed]), [rows[i]["label"] for i in failed], failure_labels, l2=l2
             ),  # fmt: skip
@@ -301,8 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         "purpose": args.purpose,
         "labels": " + ".join(labels_names),
         "split_sizes": {**{s: len(v) for s, v in split.items()}, "constructed_mt_bench": len(constructed)},
-        "chosen": {"l2": l2, "family_balance": balance, "threshold": threshold, "keep_sure_genuine": keep,
-                   "folds": args.folds},
+        "chosen": {
+            "l2": l2,
+            "family_balance": balance,
+            "threshold": threshold,
+            "keep_sure_genuine": keep,
+            "folds": args.folds,
+        },
         "cross_validation_train_dev": cv_figures,
         "test": figures(
             test_rows,
@@ -335,13 +349,19 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.validation)
     # (Entries without a `judge` field predate `strict`: the `rates` purpose wrote them.)
     mine = {"learned", "heuristic"} if kind == "learned" else {kind}
-    validation = {k: v for k, v in (json.loads(path.read_text()) if path.is_file() else {}).items()
-                  if ("learned" if v.get("judge") == "heuristic" else v.get("judge", "learned")) not in mine}
+    validation = {
+        k: v
+        for k, v in (json.loads(path.read_text()) if path.is_file() else {}).items()
+        if ("learned" if v.get("judge") == "heuristic" else v.get("judge", "learned")) not in mine
+    }
     if kind == "learned":  # the rules alone (`heuristic`) are measured with it
-        validation[rules.version] = {"judge": "heuristic", "labels": report["labels"],
-                                     "test": report["test_rules_only"],
-                                     "errors": error_pairs(rows, heldout, rules_heldout),
-                                     "note": "the rules alone (judge `heuristic`)"}
+        validation[rules.version] = {
+            "judge": "heuristic",
+            "labels": report["labels"],
+            "test": report["test_rules_only"],
+            "errors": error_pairs(rows, heldout, rules_heldout),
+            "note": "the rules alone (judge `heuristic`)",
+        }
     validation[fitted_judge.version] = {"judge": kind, "labels": report["labels"], "test": report["test"],
                                         "errors": error_pairs(rows, heldout, heldout_verdicts),
                                         "note": f"rules + classifier (judge `{kind}`)"}  # fmt: skip

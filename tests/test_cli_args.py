@@ -103,7 +103,10 @@ def test_help_keys_groups_by_owner_fic_first(capsys):
     titles = [line for line in text.splitlines() if re.fullmatch(r"[\w.*]+ \(\w+\)", line)]
     assert titles[0].startswith("FollowupRLConfig (fic)")
     assert titles.index("eval.* (EvalConfig)") < titles.index("GRPOConfig (trl)")
-    assert "  contexts: list[str] = []" in text and "  eval.judge: one of heuristic | learned | strict | llm | cascade" in text
+    assert (
+        "  contexts: list[str] = []" in text
+        and "  eval.judge: one of heuristic | learned | strict | llm | cascade" in text
+    )
     assert "  learning_rate: float = " in text
 
 

@@ -143,3 +143,20 @@ def test_attach_label_text_adds_text_only_where_the_turn_hash_matches(tmp_path):
     assert missing == 1
     assert rows[0]["user_turn"] == "turn 0" and rows[0]["messages"] == messages and rows[0]["genuine"] is True
     assert rows[1] == labels[1]
+
+
+def test_family_weights_give_both_model_families_the_same_total_weight():
+    import importlib.util
+
+    import numpy as np
+
+    script = Path(__file__).parents[1] / "scripts" / "train_judge_classifier.py"
+    spec = importlib.util.spec_from_file_location("train_judge_classifier", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"model": "smollm2"}] * 6 + [{"model": "collab_rl_contrast"}] * 2 + [{"source": "constructed"}] * 2
+    weights = module.family_weights(rows)
+    trained = np.array([module.is_trained(r) for r in rows])
+    assert trained.tolist() == [False] * 6 + [True] * 2 + [False] * 2  # constructed cases are not a trained model's
+    assert weights[trained].sum() == pytest.approx(weights[~trained].sum())
+    assert module.family_weights(rows[:6]).tolist() == [1.0] * 6  # one family: no reweighting

@@ -520,7 +520,12 @@ def test_repetition_is_degenerate():
 def test_pointer_sources_say_where_what_a_turn_points_at_comes_from():
     from fic.judges.classifier import _pointer_sources, pointers
 
-    assert pointers("Why did you say 'nestled' about Buenos Aires? Is 624 right?") == {"nestled", "buenos", "aires", "624"}
+    assert pointers("Why did you say 'nestled' about Buenos Aires? Is 624 right?") == {
+        "nestled",
+        "buenos",
+        "aires",
+        "624",
+    }
     assert pointers("I don't know what it's for. Can you explain?") == set()  # contractions are not quotes
     question = "A 14-year-old has a seizure. Which steps follow?"
     answer = "An EEG within 24 hours, then an MRI."
@@ -543,3 +548,35 @@ def test_classifier_features_carry_the_answer_against_unrelated_answers(heuristi
     assert all(len(v) == len(FEATURES) for v in vectors.values())
     specific = vectors[0]
     assert specific["cos_a"] > specific["cos_foils"] and specific["cos_a_minus_foils"] > 0.2
+
+
+def test_a_classifier_reads_only_its_own_features_and_refuses_unknown_ones(tmp_path):
+    import json
+
+    import numpy as np
+
+    from fic.judges.classifier import CONTEXT_FEATURES, DEFAULT_PATH, FEATURES, STRICT_PATH, FollowupClassifier
+
+    learned, strict = FollowupClassifier.load(DEFAULT_PATH), FollowupClassifier.load(STRICT_PATH)
+    assert not set(CONTEXT_FEATURES) & set(learned.features)  # the shipped `learned` file predates them
+    assert strict.features == FEATURES
+    rows = np.random.default_rng(0).normal(size=(5, len(FEATURES)))
+    own = rows[:, [FEATURES.index(name) for name in learned.features]]
+    assert np.allclose(learned.p_genuine(rows), learned.p_genuine(own))  # all features in, its own columns read
+    data = json.loads(DEFAULT_PATH.read_text())
+    data["features"] = [*data["features"][:-1], "no_such_feature"]
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no_such_feature.*retrain"):
+        FollowupClassifier.load(tmp_path / "c.json")
+
+
+def test_strict_judge_is_its_own_judge_with_its_own_measured_figures():
+    from fic.judges import make_judge
+    from fic.judges.validity import judge_validity
+
+    learned, strict = make_judge("learned"), make_judge("strict")
+    assert (learned.name, strict.name) == ("learned", "strict") and learned.version != strict.version
+    validity = judge_validity(strict)
+    assert validity["measured"] and validity["test"]["n"] == 180
+    fitted = strict.provenance["fitted_items"]
+    assert learned.provenance["fitted_items"] < fitted  # SmolLM2's fitted items and the trained models' new ones

@@ -317,12 +317,29 @@ def test_judge_labels_add_appends_new_items_with_their_model_and_refuses_labelle
     for item_id in second.order[:4]:
         second.annotate(item_id, "new_task_prompt", False)
     out = tmp_path / "trained_fit.jsonl"
-    argv = ["add", f"{tmp_path / 'a'}=collab_x", "--out", str(out), "--labels", str(labels), "--item-offset", "gsm8k=1000",
-            "--double", f"{tmp_path / 'a2'}=collab_x", "--double-out", str(tmp_path / "double.jsonl")]
+    argv = [
+        "add",
+        f"{tmp_path / 'a'}=collab_x",
+        "--out",
+        str(out),
+        "--labels",
+        str(labels),
+        "--item-offset",
+        "gsm8k=1000",
+        "--double",
+        f"{tmp_path / 'a2'}=collab_x",
+        "--double-out",
+        str(tmp_path / "double.jsonl"),
+    ]
     assert judge_labels.main(argv) == 0
     added = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(added) == 8 and {r["model"] for r in added} == {"collab_x"}
-    assert {r["item_id"] for r in added if r["dataset"] == "gsm8k"} == {"1000", "1001", "1002", "1003"}  # from line 1000
+    assert {r["item_id"] for r in added if r["dataset"] == "gsm8k"} == {
+        "1000",
+        "1001",
+        "1002",
+        "1003",
+    }  # from line 1000
     assert {r["item_id"] for r in added if r["dataset"] == "mt_bench"} == {"0", "1", "2", "3"}
     assert all(r["split"] in ("train", "dev") and "confidence" not in r for r in added)
     splits = {(r["dataset"], r["item_id"]): r["split"] for r in added}
@@ -336,5 +353,7 @@ def test_judge_labels_add_appends_new_items_with_their_model_and_refuses_labelle
     assert out.read_text() == before
     labels.write_text(json.dumps({"dataset": "mt_bench", "item_id": "0"}) + "\n")
     with pytest.raises(SystemExit, match="already have labels"):
-        judge_labels.main(["add", f"{tmp_path / 'a'}=collab_x", "--out", str(tmp_path / "new.jsonl"), "--labels", str(labels)])
+        judge_labels.main(
+            ["add", f"{tmp_path / 'a'}=collab_x", "--out", str(tmp_path / "new.jsonl"), "--labels", str(labels)]
+        )
     assert not (tmp_path / "new.jsonl").exists()

@@ -6,8 +6,11 @@ about the same story that ignores the answer, fluent nonsense that ends in "?", 
 over word overlap cannot tell these apart reliably; a linear model over a few dozen such features, fitted on
 careful labels of real model turns (`labels/followup/`, train split), can. `FEATURES` names the inputs and
 `feature_vector` computes them, in that order. It is deterministic, has no runtime
-dependency beyond numpy, and ships as one small JSON file (`classifier.json` beside this module) written by
-`scripts/train_judge_classifier.py`, which also records the split sizes and the dev figures it was chosen on.
+dependency beyond numpy, and ships as small JSON files beside this module written by
+`scripts/train_judge_classifier.py`, which also records the split sizes and the dev figures each was chosen on:
+`classifier.json` (the `learned` judge, SmolLM2's turns) and `classifier_strict.json` (the `strict` judge of
+training signals: trained models' turns too, the context-dependence features `CONTEXT_FEATURES`, a stricter
+threshold). Each file names the features it reads.
 
 Training is plain full-batch gradient descent on the L2-regularised softmax cross-entropy with class weights
 (balanced), on standardised features, from zeros: the same labels give the same file.
@@ -272,9 +275,12 @@ class FollowupClassifier:
     def _inputs(self, x: np.ndarray) -> np.ndarray:
         """Its own features' columns of rows of all `FEATURES` (rows of its features alone pass through)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
-        if x.shape[1] == len(self.features):
-            return x
-        return x[:, [FEATURES.index(name) for name in self.features]]
+        if x.shape[1] == len(FEATURES):
+            return x if self.features == FEATURES else x[:, [FEATURES.index(name) for name in self.features]]
+        if x.shape[1] != len(self.features):
+            raise ValueError(f"rows of {x.shape[1]} features; this classifier reads {len(self.features)} of "
+                             f"the {len(FEATURES)} of fic.judges.classifier.FEATURES")  # fmt: skip
+        return x
 
     def p_genuine(self, x: np.ndarray) -> np.ndarray:
         return self.genuine.proba(self._inputs(x))[:, 0]

@@ -313,7 +313,12 @@ class HeuristicJudge:
             verdicts[i] = self._decide(f, cos_q, cos_a)
             if features:
                 cos_foils = sum(cos(f.text, foil) for foil in FOIL_ANSWERS) / len(FOIL_ANSWERS)
-                cosines = (cos(f.text, ctx.question), cos(f.text, ctx.answer), cos(ctx.question, ctx.answer), cos_foils)
+                cosines = (
+                    cos(f.text, ctx.question),
+                    cos(f.text, ctx.answer),
+                    cos(ctx.question, ctx.answer),
+                    cos_foils,
+                )
                 open_cases.append((i, feature_vector(f, ctx, *cosines, verdicts[i])))
         return verdicts, open_cases  # type: ignore[return-value]
 

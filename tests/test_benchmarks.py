@@ -31,6 +31,7 @@ FIGURES = {
         "concurrency_speedup",
         "learned_cases_per_s",
         "contrast_cases_per_s",
+        "strict_contrast_cases_per_s",
     ],  # fmt: skip
     "chunked_divergence": ["peak_mem_ratio", "time_ratio", "max_abs_diff"],
     "vasd_vs_sft": ["time_ratio", "peak_mem_ratio"],

@@ -48,6 +48,9 @@ from fic.judges.agreement import binary_agreement
 from fic.judges.provenance import judge_provenance, prompt_hash
 from fic.judges.validity import load_validation
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_judge_classifier import is_trained  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ROOT / "labels" / "followup"
 # (judge kind, contrast) of the transfer table; the first is the default judge of rates, the second its training form.
@@ -68,7 +71,7 @@ def transfer_turns(fitted: set[str]) -> list[dict]:
     def add(source: str, model: str, row: dict, genuine) -> None:
         if "messages" not in row or genuine is None or prompt_hash(row["messages"]) in fitted:
             return
-        turns.append({"source": source, "model": model, "who": "base" if model in ("smollm2", "base") else "trained",
+        turns.append({"source": source, "model": model, "who": "trained" if is_trained({"model": model}) else "base",
                       "dataset": row["dataset"], "item": prompt_hash(row["messages"]), "messages": row["messages"],
                       "user_turn": row["user_turn"], "genuine": bool(genuine)})  # fmt: skip
 

@@ -110,6 +110,13 @@ def _fpr(rows: list[dict], genuine: list[bool]) -> float | None:
     return sum(calls) / len(calls) if calls else None
 
 
+def _fitted_with(entry: dict) -> str:
+    """The judge whose fit wrote a `validation.json` entry: the rules alone (`heuristic`) are measured with `learned`,
+    and entries without a `judge` field predate `strict` (the `rates` purpose wrote them)."""
+    judge = entry.get("judge", "learned")
+    return "learned" if judge == "heuristic" else judge
+
+
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -347,13 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     # One validation file for every shipped judge: this purpose's entries replace their own earlier ones only.
     kind = purpose["judge"]
     path = Path(args.validation)
-    # (Entries without a `judge` field predate `strict`: the `rates` purpose wrote them.)
-    mine = {"learned", "heuristic"} if kind == "learned" else {kind}
-    validation = {
-        k: v
-        for k, v in (json.loads(path.read_text()) if path.is_file() else {}).items()
-        if ("learned" if v.get("judge") == "heuristic" else v.get("judge", "learned")) not in mine
-    }
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    validation = {k: v for k, v in earlier.items() if _fitted_with(v) != kind}
     if kind == "learned":  # the rules alone (`heuristic`) are measured with it
         validation[rules.version] = {
             "judge": "heuristic",

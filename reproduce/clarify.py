@@ -200,26 +200,6 @@ def _check_disjoint(choice: dict, reported: dict[str, list[dict]]) -> None:
         raise repro.StepError(f"belief temperature: dev items {sorted(shared)} are also reported items")
 
 
-def _temperature_table(choice: dict, k: int) -> Table:
-    rows = []
-    for t, d in choice["dev"].items():
-        auc = "n/a (one class)" if d["auroc_ambiguous"] is None else f"{d['auroc_ambiguous']:.2f}"
-        rows.append([t, d["n"], d["ambiguous"], _f(d["entropy_mean"], 2), _pct(d["below_log_k"]), auc,
-                     "yes" if float(t) == choice["chosen"] else ""])  # fmt: skip
-    rec = choice.get("recorded")
-    where = (f" (made by the run at {rec['commit']} on these dev items and recorded in `{rec['file']}`; SCALE=cpu does "
-             "not rerun it)") if rec else ""  # fmt: skip
-    return Table(
-        f"BAG's belief temperature{where}, chosen on {choice['dev_items']} dev AmbigQA items (positions "
-        f"{choice['skip'] + 1}-{choice['skip'] + choice['dev_items']} of the seeded draw, `fic bag --variant "
-        f"{choice['variant']} --skip {choice['skip']}`), never on the {choice['skip']} reported items: AUROC of the "
-        f"semantic entropy of K={k} samples for the item being ambiguous (more than one disambiguation); ties or no "
-        "AUROC: most items below ln K, then the higher temperature",
-        ["belief temperature", "dev items", "ambiguous", "entropy mean (nats)", f"below ln {k} %",
-         "AUROC entropy -> ambiguous", "chosen"], rows,
-    )  # fmt: skip
-
-
 def _keep(group: dict) -> dict:
     kept = {k: group[k] for k in KEEP if k in group}
     if "resolution_rate" not in kept and "resolution" in kept:
@@ -312,58 +292,20 @@ def faithfulness(records: list[dict], k: int) -> dict:
     }
 
 
-def _faith_rows(name: str, f: dict) -> list[list]:
-    auc = f["auroc_not_direct"]
-    auc_cell = (
-        "n/a (one class)" if auc["auroc"] is None else f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}]"
-    )
-    rows = [
-        [name, route, g["n"], _pct(g["share"]), _f(g["entropy_mean"], 2), ""] for route, g in f["by_route"].items()
-    ]
-    below = f"{_pct(f['below_log_k'])}% below ln {f['k']}"
-    return [*rows, [name, "all", f["n"], below, _f(f["entropy_mean"], 2), auc_cell]]
-
-
-def _interval(cell: dict, digits: int = 3) -> str:
-    if cell["mean"] is None and cell.get("note"):  # fewer than fic.estimates.MIN_CLUSTERS episodes
-        return f"n/e ({cell['note']})"
-    return f"{_f(cell['mean'], digits)} [{_f(cell['low'], digits)}, {_f(cell['high'], digits)}]"
-
-
-def _f(x, digits: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
-
-
-def _row(policy: str, g: dict, c: dict) -> list:
-    ineff, stop = g["ineffective_clarification"], g["stopping_errors"]
-    res = c["resolution"]
-    return [
-        policy, f"{c['n_episodes']} x {c['n'] // max(c['n_episodes'], 1)}", _interval(c["regret"]), _f(g["value"]),
-        f"{_pct(res['rate'])} [{_pct(res['low'])}, {_pct(res['high'])}]", _f(g["turns_mean"], 2),
-        _f(g["user_tokens_mean"], 1), f"{_pct(ineff['rate'])} ({ineff['questions']} q)",
-        _pct(stop["answer_early_rate"]), _pct(stop["ask_late_rate"]), _pct(g["abstain_rate"]),
-        _pct(g["out_of_turns_rate"]),
-    ]  # fmt: skip
-
-
-REGRET_COLUMNS = [
-    "policy", "episodes x profiles", "regret [95% CI]", "value", "resolution % [95% CI]", "turns (cost)", "user tokens",
-    "ineffective clarification % (questions)", "answered early %", "asked late %", "abstained %", "out of turns %",
-]  # fmt: skip
-
-
-def _accuracy_cell(summary: dict) -> str:
-    from fic.metrics import wilson_interval
-
-    low, high = wilson_interval(summary["correct"], summary["answered"])
-    return f"{_pct(summary['accuracy'])} [{_pct(low)}, {_pct(high)}] ({summary['correct']}/{summary['answered']})"
-
-
 def run(out: Path) -> Section:
+    # imported here, not at the top: clarify_report imports this module
+    from clarify_report import (
+        REGRET_COLUMNS,
+        _accuracy_cell,
+        _f,
+        _faith_rows,
+        _interval,
+        _pct,
+        _row,
+        _temperature_table,
+        _text,
+    )
+
     from fic.metrics import wilson_interval
 
     s = SETTINGS
@@ -501,112 +443,3 @@ def run(out: Path) -> Section:
         text=text,
         targets=[],
     )
-
-
-def _text(summary: dict) -> list[str]:
-    s = SETTINGS
-    lines = []
-    for sc in s["scenarios"]:
-        row = summary[sc]
-        parts = ", ".join(f"{p} {row[p]['regret']:.3f}" for p in POLICIES)
-        lines.append(f"**{sc}**: regret {parts} (resolution: "
-                     + ", ".join(f"{p} {_pct(row[p]['resolution_rate'])}%" for p in POLICIES) + ").")  # fmt: skip
-    b = summary["bag_vs_prompt_only"]
-    if "bag" in b and "prompt_only" in b:
-        bag, base = b["bag"], b["prompt_only"]
-        overlap = bag["low"] <= base["high"] and base["low"] <= bag["high"]
-        lines.append(
-            f"BAG against prompt-only on AmbigQA answer accuracy: {_pct(bag['accuracy'])}% "
-            f"({bag['correct']}/{bag['answered']} answered) vs {_pct(base['accuracy'])}% "
-            f"({base['correct']}/{base['answered']}), {100 * (bag['accuracy'] - base['accuracy']):+.1f} points over "
-            f"{bag['n']} items. "
-            + ("The 95% intervals overlap, so at this size it neither confirms nor refutes the BAG paper's claim."
-               if overlap else "The 95% intervals do not overlap.")
-        )  # fmt: skip
-    lines += [
-        "How the policies are built: `reference` asks the question of highest expected information gain while its "
-        "value of information exceeds the per-turn cost; `always_answer` answers the most likely intent at once; "
-        "`always_ask` asks every question in the pool (useless ones too) until the turn budget; `model` is SmolLM2 "
-        "replying freely (a `STRATEGY:` line or a reply ending in '?' is a question, otherwise an answer, resolved "
-        "to an intent by the scenario's rules, so an answer that names no candidate is unresolved). BAG decides "
-        "once, at the first turn; after one clarification it answers from K resampled answers (BAG+ abstains "
-        f"below {s['agree']['bag_plus']} agreement; plain BAG here takes the largest cluster, agree = 1/K = "
-        f"{s['agree']['bag']}). In `fic bag` (the accuracy table) plain BAG and prompt-only answer greedily after a "
-        "clarification instead.",
-        _temperature_text(summary["belief_temperature"], s["k"]),
-        *_faith_text(summary["faithfulness"], s["k"]),
-        *_profile_text(summary),
-        "What this does not show: a 135M model on a handful of episodes (the model rows are "
-        f"{s['model_episodes']} or {s['bag_episodes']} episodes x 5 profiles, and an episode's first turn is the "
-        "same under every profile, so the profiles differ only after a question; the intervals count episodes) says "
-        "little about multi-billion-parameter models; the simulated user is rule-based, and the numbers are as "
-        "measured, with no target.",
-    ]
-    return lines
-
-
-def _temperature_text(choice: dict, k: int) -> str:
-    """One sentence on the belief temperature and how it was chosen."""
-    chosen = choice["dev"][str(choice["chosen"])]
-    auc = chosen["auroc_ambiguous"]
-    grid = ", ".join(str(t) for t in choice["grid"])
-    return (
-        f"BAG's belief temperature is {choice['chosen']}, chosen from {grid} on {chosen['n']} dev AmbigQA items that "
-        f"are never reported (dev AUROC of the belief entropy for an ambiguous item {_f(auc, 2)}, "
-        f"{_pct(chosen['below_log_k'])}% of dev items below ln {k}; on so few items the choice is coarse); every "
-        "reported BAG run, prompt-only included, samples its belief at it."
-        + (f" The choice was made by the run at {rec['commit']} and is read from `{rec['file']}` (SCALE=cpu does not "
-           "rerun the dev grid, for time; SCALE=gpu does)." if (rec := choice.get("recorded")) else "")
-    )  # fmt: skip
-
-
-FEW_ITEMS = 10  # below this many items a percentile bootstrap only recombines the few at hand
-
-
-def _faith_text(faith: dict, k: int) -> list[str]:
-    """One sentence on whether the belief carries signal: how often the samples agreed at all, and the AUROC."""
-    lines = []
-    for name, f in faith.items():
-        auc = f["auroc_not_direct"]
-        if not f["n"]:
-            continue
-        agreed = f"on {_pct(f['below_log_k'])}% of {f['n']} the K={k} samples were not all different"
-        if auc["auroc"] is None:
-            lines.append(f"Faithfulness `{name}`: {agreed}; every decision took one route, so no AUROC.")
-            continue
-        if f["n"] < FEW_ITEMS:
-            verdict = f"on {f['n']} decisions too few for the bootstrap interval to mean much"
-        elif auc["low"] <= 0.5 <= auc["high"]:
-            verdict = "an interval that includes 0.5: no detectable link between belief and route at this size"
-        else:
-            verdict = "an interval that excludes 0.5"
-        lines.append(f"Faithfulness `{name}`: {agreed}; AUROC of entropy for not answering directly "
-                     f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}], {verdict}.")  # fmt: skip
-    return lines
-
-
-def _profile_text(summary: dict) -> list[str]:
-    """Which user profiles gave the rule policies identical numbers, and why (the tracker reads the same value)."""
-    lines = []
-    for sc in SETTINGS["scenarios"]:
-        per = {p: summary[sc][p]["per_profile"] for p in RULE_POLICIES}
-        same = [pr for pr in PROFILES if all(
-            pr in per[p] and {m: per[p][pr][m] for m in ("regret", "resolution_rate", "turns_mean")}
-            == {m: per[p]["cooperative"][m] for m in ("regret", "resolution_rate", "turns_mean")} for p in RULE_POLICIES
-        )]  # fmt: skip
-        tokens = ", ".join(
-            f"{pr} {per['reference'][pr]['user_tokens_mean']:.1f}" for pr in PROFILES if pr in per["reference"]
-        )
-        line = (
-            f"User profiles on {sc}: the user's words differ by profile (user tokens per episode under the reference: "
-            f"{tokens}), and {len(same)} of {len(PROFILES)} profiles ({', '.join(same) or 'none'}) give every rule "
-            "policy the same regret, resolution and turns as `cooperative`."
-        )
-        if set(same) == set(PROFILES) - {"vague"}:
-            line += (
-                " Why: the rule tracker reads the same value out of a cooperative, terse, verbose or contradicts-once "
-                "reply (the correction comes in the same reply), and only `vague` withholds it. The profiles test a "
-                "policy that reads the user's words itself, and only once it asks."
-            )
-        lines.append(line)
-    return lines

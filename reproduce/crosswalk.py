@@ -4,7 +4,7 @@ what differs.
 `CROSSWALK` is the one place that says which of the report's tables answers which item of which paper. The paper's
 own number is in `item` (fic's probe tables carry their own numbers, which do not match the paper's: fic's "Table 1"
 is the probe paper's Table 4 and fic's "Table 4" its Table 1). `fic_table` is a piece of the caption of the fic
-table (as the part module writes it; `tests/test_reproduce.py` checks that it is there), or None where fic has no
+table (as the part's modules write it; `tests/test_reproduce.py` checks that it is there), or None where fic has no
 such table yet. `differs` says what is not as in the paper: model, sizes, data, judge, and what is missing. Papers
 whose table numbers are not recorded in this repository name the result instead of a number.
 """

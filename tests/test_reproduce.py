@@ -125,14 +125,14 @@ def test_a_part_folder_made_with_other_settings_is_refused(tmp_path, fake_parts,
 
 
 def test_the_crosswalk_names_tables_the_parts_write():
-    """Every crosswalk row names a part, and its fic table is a caption that part's module writes (None: missing,
+    """Every crosswalk row names a part, and its fic table is a caption that part's modules write (None: missing,
     and said so in `differs`)."""
     items = {(e["paper"], e["item"]) for e in crosswalk.CROSSWALK}
     assert len(items) == len(crosswalk.CROSSWALK)
     assert {("probe paper", "Table 1"), ("probe paper", "Table 4"), ("probe paper", "Table 2")} <= items
     for entry in crosswalk.CROSSWALK:
         assert entry["part"] in reproduce.PARTS and entry["differs"]
-        source = (ROOT / "reproduce" / f"{entry['part']}.py").read_text()
+        source = "".join(p.read_text() for p in sorted((ROOT / "reproduce").glob(f"{entry['part']}*.py")))
         assert entry["fic_table"] is None or entry["fic_table"] in source, entry
     coval = next(e for e in crosswalk.CROSSWALK if e["item"] == "Table 2")
     assert "Coval" in coval["differs"] and "not available offline" in coval["differs"]
@@ -142,11 +142,13 @@ def test_vasd_summary_says_how_many_rows_training_saw():
     """The trainer's `rows` is the synthetic train set's size; each VASD / control run trained on max_steps x batch
     of them, with the part's overrides applied to the recipe's values."""
     sys.modules.pop("vasd", None)
+    sys.modules.pop("vasd_report", None)
     import vasd as part
+    from vasd_report import _vasd_train
 
     values = part.SETTINGS["vasd"]["recipe_values"]
     steps = int(dict(o.split("=", 1) for o in part.SETTINGS["vasd"]["overrides"])["max_steps"])
-    out = part._vasd_train({"vasd-mix0.5-seed0": {"rows": 2000, "train_loss": 0.09, "wall_s": 610.7, "model": "m"}})
+    out = _vasd_train({"vasd-mix0.5-seed0": {"rows": 2000, "train_loss": 0.09, "wall_s": 610.7, "model": "m"}})
     assert out == {"rows_trained": steps * values["per_device_train_batch_size"], "rows_available": 2000,
                    "steps": steps, "batch_size": values["per_device_train_batch_size"],
                    "runs": {"vasd-mix0.5-seed0": {"train_loss": 0.09, "wall_s": 610.7}}}  # fmt: skip

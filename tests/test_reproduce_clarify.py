@@ -82,6 +82,7 @@ def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True, i
     """The part on made-up runs; returns (part, section, the fic commands in the order they ran). `in_run`: the belief
     temperature is chosen inside the run (SCALE=gpu), else read from reproduce/dev_choices.json (SCALE=cpu)."""
     sys.modules.pop("clarify", None)
+    sys.modules.pop("clarify_report", None)  # its `from clarify import` binds the new module
     import clarify as part
 
     monkeypatch.setattr(repro, "chooses_in_run", lambda: in_run)

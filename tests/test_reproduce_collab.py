@@ -102,7 +102,8 @@ def _fake_train(recipe: str, overrides: list[str], output_dir: Path, log: Path, 
 def _import_part(monkeypatch, scale: str):
     """A fresh `collab` module at `SCALE=scale` (its SETTINGS and CHOOSE_IN_RUN are read at import)."""
     monkeypatch.setenv("SCALE", scale)
-    sys.modules.pop("collab", None)
+    for name in ("collab", "collab_labels", "collab_report"):
+        sys.modules.pop(name, None)
     import collab as part
 
     assert part.CHOOSE_IN_RUN == (scale == "gpu")
@@ -126,7 +127,10 @@ def _run_part(out: Path, monkeypatch, scale: str):
     monkeypatch.setattr(repro, "plan", lambda recipe, overrides, log: plans.append(overrides))
     monkeypatch.setattr(repro, "train", lambda *a: _fake_train(*a, trained))
     monkeypatch.setattr(repro, "judge_about", lambda: JUDGE)
-    monkeypatch.setattr(part, "COMMITTED_LABELS", out / "no_committed_labels")  # the repo's own labels stay out
+    import collab_labels
+
+    # the repo's own labels stay out
+    monkeypatch.setattr(collab_labels, "COMMITTED_LABELS", out / "no_committed_labels")
     section = part.run(out)
     return part, section, out, calls, trained, plans
 
@@ -258,6 +262,8 @@ def test_choose_breaks_ties_toward_fewer_steps_and_the_lower_rate():
 
 
 def test_summary_keys_floors_and_calibrated(collab_part):
+    from collab_labels import calibrated_rates
+
     part, section, out, _, _, _ = collab_part
     s = section.summary
     models = ["base", *part.ARMS, "rl"]
@@ -292,11 +298,11 @@ def test_summary_keys_floors_and_calibrated(collab_part):
               for i, r in enumerate(rows[:30])]  # fmt: skip
     assert len({(x["dataset"], x["item_id"]) for x in labels}) >= 10  # a calibrated rate needs 10 labelled items
     (folder / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
-    cal = part.calibrated_rates(out, models)
+    cal = calibrated_rates(out, models)
     assert cal["template_filtered"]["n_labels"] == 30 and cal["template_filtered"]["overall"]["rate"] is not None
     assert cal["base"]["status"] == "no labels yet"
     (out / "probe_rl" / "labels.jsonl").write_text(json.dumps({**labels[0], "run_id": "another"}) + "\n")
-    assert part.calibrated_rates(out, models)["rl"]["status"].startswith("labels not usable")  # another run's labels
+    assert calibrated_rates(out, models)["rl"]["status"].startswith("labels not usable")  # another run's labels
 
     # committed labels (no run id; the turn's hash) attach to a run whose turns are the same text, and only then
     committed = out / "committed"
@@ -307,37 +313,39 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     labels = [{k: r[k] for k in keep} | {"genuine": i % 2 == 0, "turn_sha": turn_sha(r["user_turn"])}
               for i, r in enumerate(rows[:30])]  # fmt: skip
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
-    cal = part.calibrated_rates(out, models, committed)
+    cal = calibrated_rates(out, models, committed)
     assert cal["base"]["n_labels"] == 30 and cal["base"]["committed"] == str(committed / "base.jsonl")
     # a turn whose text changed in this run (a sampled token) loses its label; the rest attach
     labels[0]["turn_sha"] = turn_sha("another text")
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
-    cal = part.calibrated_rates(out, models, committed)["base"]
+    cal = calibrated_rates(out, models, committed)["base"]
     assert cal["n_labels"] == 29 and cal["left_out"] == 1 and "1 labelled turn(s) differ" in cal["status"]
     # most turns changed: labels of another run, refused
     for x in labels[:16]:
         x["turn_sha"] = turn_sha("another text")
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
-    assert part.calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")
+    assert calibrated_rates(out, models, committed)["base"]["status"].startswith("labels not usable")
     (committed / "base.jsonl").write_text("not json\n")
-    assert "not a label row" in part.calibrated_rates(out, models, committed)["base"]["status"]
+    assert "not a label row" in calibrated_rates(out, models, committed)["base"]["status"]
 
 
 def test_calibrated_differences_and_targets_read_off_the_lower_end_minus_the_floor_rise(collab_part):
+    from collab_labels import calibrated_differences, calibrated_target
+
     part, section, out, _, _, _ = collab_part
     rows = {m: [json.loads(x) for x in (out / f"probe_{m}" / "samples.jsonl").read_text().splitlines()]
             for m in ("base", "template_filtered")}  # fmt: skip
     keys = {m: {part_key(r): bool(r["genuine"]) for r in rows[m]} for m in rows}  # every turn labelled as judged
-    diffs = part.calibrated_differences(rows, keys)
+    diffs = calibrated_differences(rows, keys)
     overall = diffs["template_filtered"]["overall"]
     judged = section.summary["differences"]["template_filtered"]["overall"]
     assert overall["diff"] == pytest.approx(judged["diff"])  # labels equal to the verdicts: the judge's difference
-    assert part.calibrated_differences(rows, {"template_filtered": keys["template_filtered"]}) == {}  # base unlabelled
+    assert calibrated_differences(rows, {"template_filtered": keys["template_filtered"]}) == {}  # base unlabelled
     cal = {"template_filtered": {"overall": {**overall, "low": 0.20}}}
-    assert part.calibrated_target("template_filtered", "gain", cal, 0.04, 0.15).met  # 0.20 - 0.04 >= 0.15
-    missed = part.calibrated_target("template_filtered", "gain", cal, 0.06, 0.15)
+    assert calibrated_target("template_filtered", "gain", cal, 0.04, 0.15).met  # 0.20 - 0.04 >= 0.15
+    missed = calibrated_target("template_filtered", "gain", cal, 0.06, 0.15)
     assert not missed.met and missed.measured.endswith("+14.0")  # 0.20 - 0.06 < 0.15
-    assert not part.calibrated_target("rl", "gain", cal, 0.0, 0.0).met  # no labels: never met
+    assert not calibrated_target("rl", "gain", cal, 0.0, 0.0).met  # no labels: never met
 
 
 def part_key(row: dict) -> tuple:

@@ -57,6 +57,7 @@ def _import_part(monkeypatch, scale: str = "cpu"):
     monkeypatch.setenv("SCALE", scale)
     monkeypatch.setitem(sys.modules, "vasd", None)  # records what to restore
     del sys.modules["vasd"]
+    monkeypatch.delitem(sys.modules, "vasd_report", raising=False)  # its `from vasd import` binds the new module
     import vasd as part
 
     return part

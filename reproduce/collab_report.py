@@ -1,0 +1,354 @@
+"""The collab part's report (reproduce/collab.py): its summary.json entries, tables, targets and text from what
+`collab.run` measured."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import repro
+from collab import ARMS, DATASETS, NAMES, SETTINGS, TRAINING_JUDGE, _point_key, _rows
+from collab_labels import calibrated_differences, calibrated_rates, calibrated_target, floor_rise
+from heldout import HELDOUT_MTB_CATEGORIES
+
+
+def _cell(summary: dict, dataset: str) -> dict | None:
+    t = f"t{float(SETTINGS['probe']['temperatures'][0])}"
+    return repro.rate_only(summary["genuine_rate"].get(dataset, {}).get(t, {}).get("none"))
+
+
+def _turn_stats(folder: Path, dataset: str) -> dict:
+    """Cheap signs of judge gaming in a probe's turns: mean words, share of distinct turns, share ending in '?'."""
+    rows = [r for r in _rows(folder / "samples.jsonl") if r["dataset"] == dataset]
+    turns = [r["user_turn"].strip() for r in rows]
+    if not turns:
+        return {}
+    top, count = Counter(turns).most_common(1)[0]
+    return {"mean_words": round(sum(len(t.split()) for t in turns) / len(turns), 1),
+            "distinct": round(len(set(turns)) / len(turns), 3),
+            "asks": round(sum(t.endswith("?") for t in turns) / len(turns), 3),
+            "top_share": round(count / len(turns), 3), "top_turn": top[:120]}  # fmt: skip
+
+
+def _shown_turns(folder: Path, per_dataset: int = 5) -> list[dict]:
+    """Held-out turns of a probe: the first sample of each context first, then the next samples, `per_dataset` each."""
+    rows = _rows(folder / "samples.jsonl")
+    shown = []
+    for dataset in DATASETS:
+        t = float(SETTINGS["probe"]["temperatures"][0])
+        mine = [r for r in rows if r["dataset"] == dataset and r["perturbation"] == "none" and r["temperature"] == t]
+        mine.sort(key=lambda r: (r["sample"], str(r["item_id"])))
+        shown += mine[:per_dataset]
+    return shown
+
+
+KEEP = ("diff", "low", "high", "p", "n_items", "detectable", "reading")
+
+
+def _differences(base: list[dict], other: list[dict]) -> dict:
+    """`fic.followup_summary.compare(base, other)` with the fields summary.json keeps."""
+    from fic.followup_summary import compare
+
+    out = compare(base, other)
+    return {"overall": {k: out["overall"][k] for k in KEEP} if out["overall"] else None,
+            "by_dataset": {d: {k: c[k] for k in KEEP} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
+
+
+def _estimates(summary: dict) -> dict:
+    """raw, corrected and generic floor per dataset and overall of one probe summary."""
+    out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in DATASETS}
+    out["overall"] = repro.estimate(summary.get("overall"))
+    return out
+
+
+def arm_entries(arms: dict, estimates: dict, differences: dict, trained: dict) -> dict:
+    """`collab.arms`: per arm its rows and sources, training, and per dataset and overall the raw rate, corrected
+    rate, generic floor and paired difference from the base model ({diff, low, high, p, ...})."""
+    out = {}
+    for arm in ARMS:
+        groups = {}
+        for d in (*DATASETS, "overall"):
+            e = estimates[arm].get(d) or {}
+            diff = differences[arm]["overall"] if d == "overall" else differences[arm]["by_dataset"].get(d)
+            groups[d] = {"raw": e.get("raw"), "corrected": e.get("corrected"), "generic_floor": e.get("generic_floor"),
+                         "vs_base": diff}  # fmt: skip
+        out[arm] = {"rows": arms[arm]["rows"], "sources": arms[arm]["sources"], "train": trained.get(arm, {}),
+                    "by_dataset": {d: groups[d] for d in DATASETS}, "overall": groups["overall"]}  # fmt: skip
+    return out
+
+
+def _short(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
+             tuning: dict, rl_tuning: dict) -> repro.Section:  # fmt: skip
+    judge = repro.judge_about()
+    p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
+    models = list(probes)
+    hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
+    mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
+    acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
+    rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
+    differences = {k: _differences(rows["base"], rows[k]) for k in models if k != "base"}
+    estimates = {k: _estimates(v) for k, v in probes.items()}
+    evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
+    trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
+                   "conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),
+                   "wall_s": e.get("wall_s")} for k, e in evals.items()}  # fmt: skip
+    rl_eval = repro.read_json(Path(rl_tuning["chosen"]["model"]) / "eval_summary.json")
+    curve = rl_eval.get("reward_curve", [])
+    label_maps: dict = {}
+    calibrated = calibrated_rates(out, models, label_maps=label_maps)
+    cal_diffs = calibrated_differences(rows, label_maps)
+    n_rows = arms["real"]["rows"]
+    summary = {
+        "arms": arm_entries(arms, estimates, differences, trained),
+        "generic_floor": {k: {d: e.get("generic_floor") for d, e in by.items()} for k, by in estimates.items()},
+        "calibrated": calibrated,
+        "calibrated_differences": cal_diffs,
+        "floor_rise": {k: {d: floor_rise(estimates, k, d) for d in (*DATASETS, "overall")} for k in models if k != "base"},
+        "hyperparameters": tuning,
+        "sft": {"arm": "template_filtered", "before": hb["base"], "after": hb["template_filtered"],
+                "mt_bench": {"before": mtb["base"], "after": mtb["template_filtered"]},
+                "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("template_filtered")},
+                "train_data": {"rows": n_rows, "sources": arms["template_filtered"]["sources"]},
+                "train_loss": trained["template_filtered"]["train_loss"],
+                "train_wall_s": trained["template_filtered"]["wall_s"]},
+        "rl": {"before": hb["base"], "after": hb["rl"],
+               "mt_bench": {"before": mtb["base"], "after": mtb["rl"]},
+               "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("rl")},
+               "reward_curve": curve, "reward_first_quarter": rl_eval["before"].get("mean_reward"),
+               "reward_last_quarter": rl_eval["after"].get("mean_reward"),
+               "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
+               "hyperparameters": rl_tuning},
+        "gsm8k_accuracy": acc_only,
+        "heldout": {"healthbench_contexts": len(_rows(paths["hb_test"])), "mt_bench_contexts": len(_rows(paths["mtb_test"])),
+                    "temperature": p["temperatures"], "samples": p["samples"]},
+        "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS} for k in probes},
+        "differences": differences,
+        "estimates": estimates,
+    }  # fmt: skip
+    n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
+    temps = ", ".join(map(str, p["temperatures"]))
+    chosen = tuning["chosen"]
+    sft_note, rl_note = _recorded_note(tuning), _recorded_note(rl_tuning)
+    measured = bool(g["models"])  # GSM8K accuracy: SCALE=gpu only
+    about = {
+        "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; every SFT arm and follow-up RL start from it",
+        "data": (f"held out: the {n_hb} multi-turn HealthBench items of oss_eval_first30 and {n_mtb} MT-Bench questions "
+                 f"({SETTINGS['heldout']['mt_bench_per_category']} per category of "
+                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); dev (the learning rate and steps only"
+                 f"{', chosen in the run at commit ' + tuning['recorded']['commit'] if sft_note else ''}): "
+                 f"{tuning['dev']['contexts']['mt_bench']} MT-Bench training questions without a reference answer "
+                 f"outside the judge's fit and {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items; "
+                 "training: MT-Bench questions with reference answers, the other single-turn HealthBench items, "
+                 f"GSM8K train{'; GSM8K test for accuracy' if measured else ''}"),
+        "sizes": (f"each SFT arm {n_rows} rows, {chosen['max_steps']} steps at learning rate {chosen['learning_rate']:g} "
+                  f"(constant), batch 8, max_length 512 (keep_end); held-out contexts end with the base model's greedy "
+                  f"answer ({p['response_tokens']} tokens), shared by all models; {p['samples']} user turns of at most "
+                  f"{p['max_new_tokens']} tokens per context at T={temps}"
+                  + (f"; GSM8K: first {g['limit']} test items" if measured else "")),
+        "seeds": f"seed {SETTINGS['seed']} for the split, the arms, training and sampling (one seed)",
+        "judge": repro.judge_line(judge),
+    }  # fmt: skip
+    main = repro.Table(
+        caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}"
+                + (", and GSM8K accuracy" if measured else " (GSM8K accuracy not measured at SCALE=cpu)"),
+        columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
+                 *([f"GSM8K test accuracy (n={g['limit']})"] if measured else [])],
+        rows=[[NAMES[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
+               *(["not measured" if k not in acc_only or acc_only[k]["accuracy"] is None
+                  else f"{100 * acc_only[k]['accuracy']:.1f}"] if measured else [])] for k in probes],
+    )  # fmt: skip
+    arm_table = repro.Table(
+        caption=f"SFT data arms of the same budget ({n_rows} rows, {chosen['max_steps']} steps, learning rate "
+                f"{chosen['learning_rate']:g}): raw, judge-corrected and generic-floor rate (%), and the paired "
+                "difference from the base model on the same held-out contexts (points, 95% cluster-bootstrap "
+                "interval, p); an effect is claimed only where the interval excludes 0",
+        columns=["arm", "dataset", "raw", "corrected", "generic floor", "difference from base"],
+        rows=[[NAMES[a], d, repro.interval_cell(e["raw"]), repro.interval_cell(e["corrected"]),
+               repro.interval_cell(e["generic_floor"]), (e["vs_base"] or {}).get("reading", "n/a")]
+              for a, entry in summary["arms"].items() for d, e in [*entry["by_dataset"].items(),
+                                                                    ("overall", entry["overall"])]],
+    )  # fmt: skip
+    compared = repro.Table(
+        caption="Each trained model against the base model on the same held-out contexts: the paired difference of the "
+                "genuine rate (points, 95% cluster-bootstrap interval over contexts, p); an effect is claimed only "
+                "where the interval excludes 0",
+        columns=["model", "dataset", "difference from base"],
+        rows=[[NAMES[k], d, (differences[k]["by_dataset"].get(d) or {}).get("reading", "n/a")]
+              for k in differences for d in DATASETS],
+    )  # fmt: skip
+    floors = repro.Table(
+        caption="Raw rate, judge-corrected rate (Rogan-Gladen, from the judge's error on labelled held-out turns) and "
+                "generic floor (share still judged genuine after the context's answer is swapped for another "
+                "context's), %, 95% intervals, for every model",
+        columns=["model", "dataset", "raw", "corrected", "generic floor"],
+        rows=[[NAMES[k], d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")),
+               repro.interval_cell(e.get("generic_floor"))] for k, by in estimates.items() for d, e in by.items()],
+    )  # fmt: skip
+    grid = repro.Table(
+        caption=f"SFT learning rate and steps chosen on dev contexts (never the held-out ones){sft_note}: each grid "
+                f"point trained "
+                f"on {tuning['trained_on']['rows']} rows (a third of each arm) and probed on the dev contexts, "
+                f"{tuning['dev']['samples']} turns per context; score = dev rate - dev generic floor (%)",
+        columns=["learning rate", "steps", "dev rate", "dev generic floor", "score", "chosen"],
+        rows=[["base model", "-", repro.rate_cell(tuning["dev"]["base"]["raw"]),
+               repro.interval_cell(tuning["dev"]["base"]["generic_floor"]),
+               f"{100 * tuning['dev']['base']['score']:.1f}", ""]]
+             + [[f"{pt['learning_rate']:g}", pt["max_steps"], repro.rate_cell(pt["raw"]),
+                 repro.interval_cell(pt["generic_floor"]), f"{100 * pt['score']:.1f}",
+                 "yes" if _point_key(pt) == _point_key(chosen) else ""] for pt in tuning["points"]],
+    )  # fmt: skip
+    rl_chosen = rl_tuning["chosen"]
+    rl_grid = repro.Table(
+        caption=f"Follow-up RL learning rate chosen on the same dev contexts (never the held-out ones){rl_note}: one "
+                f"RL run per rate (the recipe's {SETTINGS['rl_recipe']} otherwise, with "
+                f"{', '.join(rl_tuning['overrides'])}), "
+                "probed on dev; score = dev rate - dev "
+                "generic floor (%)",
+        columns=["learning rate", "dev rate", "dev generic floor", "score", "chosen"],
+        rows=[[f"{pt['learning_rate']:g}", repro.rate_cell(pt["raw"]), repro.interval_cell(pt["generic_floor"]),
+               f"{100 * pt['score']:.1f}", "yes" if _point_key(pt) == _point_key(rl_chosen) else ""]
+              for pt in rl_tuning["points"]],
+    )  # fmt: skip
+    calib = repro.Table(
+        caption="Calibrated (prediction-powered) rate from blind labels of about 30 held-out turns per model (%, 95% "
+                "interval), beside the judge's raw rate; without labels, the command that writes them",
+        columns=["model", "labels", "raw (judge)", "calibrated: HealthBench", "calibrated: MT-Bench",
+                 "calibrated: overall", "to label"],
+        rows=[[NAMES[k], c["status"], repro.interval_cell(estimates[k]["overall"].get("raw")),
+               *[repro.interval_cell((c.get("by_dataset") or {}).get(d)) for d in DATASETS],
+               repro.interval_cell(c.get("overall")), "" if c["n_labels"] else f"`{c['command']}`"]
+              for k, c in calibrated.items()],
+    )  # fmt: skip
+    t = f"t{float(p['temperatures'][0])}"
+    label_names = sorted({lab for v in probes.values() for d in DATASETS
+                          for lab in v["genuine_rate"].get(d, {}).get(t, {}).get("none", {}).get("labels", {})})  # fmt: skip
+    labels = repro.Table(
+        caption="Judge labels of the held-out turns (% of turns per model and dataset)",
+        columns=["model", "dataset", *label_names],
+        rows=[[NAMES[k], d, *[f'{100 * v["genuine_rate"][d][t]["none"]["labels"].get(lab, 0.0):.1f}'
+                              for lab in label_names]]
+              for k, v in probes.items() for d in DATASETS if d in v["genuine_rate"]],
+    )  # fmt: skip
+    stats = repro.Table(
+        caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?', "
+                "and the most common turn with its share",
+        columns=["model", "dataset", "mean words", "distinct", "ends in ?", "most common turn", "its share"],
+        rows=[[NAMES[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
+               s.get("top_share")]
+              for k, v in summary["turn_stats"].items() for d, s in v.items()],
+    )  # fmt: skip
+    reward = repro.Table(
+        caption=f"Follow-up RL reward curve (GRPO, reward from the `{TRAINING_JUDGE}` judge, contrastive; per logged step)",
+        columns=["step", "mean reward", "reward std", "genuine share", "mean completion tokens"],
+        rows=[[c["step"], c.get("reward"), c.get("reward_std"), c.get("followup/genuine_rate"),
+               c.get("completions/mean_length")] for c in curve],
+    )  # fmt: skip
+    shown = repro.Table(
+        caption="Held-out user turns of every trained model (5 per dataset), judged by the validated judge (end of the "
+                "context shown; judge-gaming check)",
+        columns=["model", "dataset", "item", "end of the assistant answer", "model's user turn", "judge label"],
+        rows=[[NAMES[k], r["dataset"], str(r["item_id"])[:10], _short(r["messages"][-1]["content"], 100),
+               " ".join(r["user_turn"].split())[:200], r["label"]]
+              for k in models if k != "base" for r in _shown_turns(out / f"probe_{k}")],
+    )  # fmt: skip
+    cal_table = repro.Table(
+        caption="Each trained model against the base model, read by blind readers: the calibrated (PPI++) difference "
+                "paired by context (points, 95% interval, p), beside the judge's difference and the rise in generic "
+                "floor; fewer than 10 labelled contexts (HealthBench: 9) are not estimable",
+        columns=["model", "dataset", "judge: difference from base", "calibrated: difference from base",
+                 "generic floor rise (points)"],
+        rows=[[NAMES[k], d, ((differences[k]["overall"] if d == "overall" else differences[k]["by_dataset"].get(d))
+                             or {}).get("reading", "n/a"),
+               (((cal_diffs.get(k) or {}).get("overall") if d == "overall"
+                 else ((cal_diffs.get(k) or {}).get("by_dataset") or {}).get(d)) or {}).get("reading", "no labels"),
+               "n/a" if summary["floor_rise"][k][d] is None else f"{100 * summary['floor_rise'][k][d]:+.1f}"]
+              for k in differences for d in (*DATASETS, "overall")],
+    )  # fmt: skip
+    # Targets are read off the calibrated differences (pooled over the 29 held-out contexts: HealthBench's 9 alone are
+    # not estimable), minus the rise in generic floor, at the interval's lower end.
+    targets = [
+        calibrated_target("template_filtered", "collab SFT gain on the held-out contexts, read by blind readers "
+                          "(judge-filtered template arm, the method; paper: +17.7 points on HealthBench)", cal_diffs,
+                          summary["floor_rise"]["template_filtered"]["overall"], 0.15),
+        calibrated_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
+                          f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
+                          "first -> last quarter of steps)", cal_diffs, summary["floor_rise"]["rl"]["overall"], 1e-9),
+    ]  # fmt: skip
+    src = arms["template_filtered"]["sources"]
+    labelled = [k for k, c in calibrated.items() if c["n_labels"]]
+    text = [
+        (f"SFT data arms, {n_rows} rows each (the size of the real arm), loss on the user turns after an answer: "
+         f"**real** = {n_rows} MT-Bench training conversations (question, GPT-4 reference answer, the real second "
+         "question); HealthBench adds none, since all 9 of its multi-turn items are the held-out set. **template, "
+         f"unfiltered** and **template, judge-filtered** = the same {n_rows} GSM8K-train and single-turn HealthBench "
+         f"contexts ({', '.join(f'{v} {k}' for k, v in src.items())}) with their reference answers, followed by one "
+         f"of {SETTINGS['template_candidates']} template follow-ups: drawn at random, or the one the "
+         f"`{TRAINING_JUDGE}` judge, contrastively, calls genuine with most confidence (the judge of training "
+         f"signals, refitted with trained models' turns; the probes score with `{repro.JUDGE}`, and follow-up RL's "
+         f"reward is the `{TRAINING_JUDGE}` judge's, contrastive, too). The real arm's contexts are "
+         "MT-Bench math, reasoning and coding questions, the template arms' GSM8K and HealthBench: arm and context "
+         "source are not separable here."),
+        (f"Learning rate and steps were chosen on dev contexts ({tuning['dev']['contexts']['mt_bench']} MT-Bench training "
+         f"questions, {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items, none held out, none in "
+         f"the judge's fit){sft_note} from the grid {tuning['grid']}: {chosen['learning_rate']:g} and "
+         f"{chosen['max_steps']} steps (dev score {100 * chosen['score']:.1f} points; base "
+         f"{100 * tuning['dev']['base']['score']:.1f}). The grid trains on a mix of a third of each arm, so no arm's "
+         "data made the choice; with "
+         f"{sum(tuning['dev']['contexts'].values())} dev contexts and {tuning['dev']['samples']} turns each, close "
+         "scores are within noise. Follow-up RL's learning rate was chosen the same way"
+         f"{' (in that run; this run trains only that rate)' if rl_note else ''} from "
+         f"{rl_tuning['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
+         f"{100 * rl_chosen['score']:.1f} points); everything else is the recipe's but "
+         f"{', '.join(SETTINGS['rl']['overrides'])} (half its steps, for time), and it is reported as measured."),
+        (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
+         f"{judge['false_positive_rate']:.2f}); it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
+         f"turns genuine where the annotators' labels say {_share(judge['annotator_genuine_rate'])} (independent "
+         "AI-agent annotators following a written guideline, blind). Rates it gives are movement toward its notion of a "
+         "follow-up; the generic floor (the same turn judged after another context's answer) shows how much of a rate "
+         "any answer would earn, and the calibrated rates are where readers' labels enter."),
+        ("Calibrated rates: " + (f"labels for {', '.join(NAMES[k] for k in labelled)}; " if labelled else "")
+         + ("no labels yet for " + ", ".join(NAMES[k] for k in calibrated if k not in labelled)
+            + ": run each model's `fic review ... --sample 30` (table above), label blind, then rerun the part's "
+              "summary (`rm OUT/collab/section.json` and `python reproduce/run.py --parts collab`; every step resumes)"
+            if len(labelled) < len(calibrated) else "every model labelled")),
+        (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
+         f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
+         "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "
+         "copied into every probe; none of them is in the judge's fit. "
+         + ("GSM8K accuracy is each model's own greedy answer on test items outside the judge's fit, measured for the "
+            "base model only: it scored 0 of 20 in the run of 2026-12-02, so a trained model could not show a loss "
+            "there (for time)." if measured else
+            "GSM8K accuracy is not measured in this part at SCALE=cpu (for time): the probe part reports the base "
+            "model's GSM8K accuracy, and in the run of 2026-12-02 the base model scored 0 of 20 here, so a trained "
+            "model could not show a loss there; SCALE=gpu measures the base model's.")),
+    ]  # fmt: skip
+    for k in models:
+        st = summary["turn_stats"][k].get("healthbench")
+        if k != "base" and st and st["top_share"] >= 0.25:
+            text.append(
+                f"**Read the {NAMES[k]} rate with its turns.** Its most common held-out HealthBench turn is "
+                f'"{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; {100 * st["distinct"]:.0f}% of '
+                "its turns are distinct): compare its rate with its generic floor."
+            )
+    return repro.Section(summary=summary, about=about,
+                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table, labels, stats,
+                                 reward, shown],
+                         text=text, targets=targets)  # fmt: skip
+
+
+def _recorded_note(tuning: dict) -> str:
+    """Where a recorded choice (`recorded_choice`) was made, for the report; empty for a choice made in this run."""
+    rec = tuning.get("recorded")
+    if not rec:
+        return ""
+    return (f" in the run at commit {rec['commit']} (recorded in {rec['file']}; this run trains only the chosen "
+            "point, for time; SCALE=gpu reruns the choice)")  # fmt: skip
+
+
+def _share(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f}%"

@@ -36,10 +36,11 @@ Steps (each resumes: fic commands in their `--out` folders, `train` skips a save
    folder with the same overrides (the model that run chose), and no RL model is probed on dev. GSM8K test accuracy
    of the base model at SCALE=gpu only (at SCALE=cpu the probe part reports the base model's GSM8K accuracy).
 6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
-   summary picks up `PROBE_FOLDER/labels.jsonl` (`collab.calibrated`); without labels it says so. Where the base
-   model and a trained one are labelled, their calibrated difference paired by context
-   (`collab.calibrated_differences`; "not estimable" under 10 labelled contexts, as HealthBench's 9 are) stands beside
-   the judge's, and the targets are read off it: its lower end minus the model's rise in generic floor.
+   summary picks up `PROBE_FOLDER/labels.jsonl` (summary key `collab.calibrated`, computed in `collab_labels.py`);
+   without labels it says so. Where the base model and a trained one are labelled, their calibrated difference
+   paired by context (summary key `collab.calibrated_differences`; "not estimable" under 10 labelled contexts, as
+   HealthBench's 9 are) stands beside the judge's, and the targets are read off it: its lower end minus the model's
+   rise in generic floor.
 
 Time, measured in the fresh-clone `make reproduce` of 2026-12-02 (reproduce/results; 2 cores, on a day the machine
 ran ~1.6x slower than the part-by-part check of the same code, where this part took 27 min):

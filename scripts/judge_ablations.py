@@ -16,6 +16,8 @@ rules leave open, the constructed MT-Bench cases are in every training fold, the
 * with `--cross-encoder` (25 min on 2 cores): all-MiniLM-L6-v2 fine-tuned on the other folds as a cross-encoder over
   (turn, question and answer), `cross_encoder_only`, and its out-of-fold logit beside the shipped features,
   `base+cross_encoder` (stacking: the training rows' logits are out-of-fold too);
+* with `--learning-curve`: the shipped features' logistic model (C 0.03) fitted in each fold on a random 1/4, 1/2
+  and 3/4 of the other folds' items (5 draws each) and on all of them: how the kappa grows with the labels;
 * with `--lm MODEL` (22 min on 2 cores for `smollm2`): the turn's log-likelihood under MODEL after the real exchange,
   after the question with a blank answer ("OK."), after the answer with a blank question ("Hi."), and alone; their
   differences are how much the answer (or the question) makes the turn likelier, a pointwise mutual information:
@@ -58,6 +60,34 @@ def cross_validated(make, x: np.ndarray, y: np.ndarray, folds: list[list[int]], 
 def _weight_arg(make) -> str:
     step = make()
     return f"{step.steps[-1][0]}__sample_weight" if hasattr(step, "steps") else "sample_weight"
+
+
+def learning_curve(make, x: np.ndarray, y: np.ndarray, folds: list[list[int]], extra: list[int], item_of: dict,
+                   score, fractions=(0.25, 0.5, 0.75, 1.0), draws: int = 5, seed: int = 0) -> dict:  # fmt: skip
+    """`score` (cross-validated P(genuine) -> figures) when each fold's model sees only a random `fraction` of the
+    other folds' items (`item_of`: row -> item; an item's turns come and go together; `extra` always), per fraction
+    the mean and spread over `draws` draws."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for fraction in fractions:
+        kappas, fprs = [], []
+        for _ in range(draws if fraction < 1 else 1):
+            p = {}
+            for f, held in enumerate(folds):
+                other = [i for g, fold in enumerate(folds) if g != f for i in fold]
+                items = sorted({item_of[i] for i in other})
+                kept = {items[k] for k in rng.choice(len(items), round(fraction * len(items)), replace=False)}
+                train = [i for i in other if item_of[i] in kept] + extra
+                weight = np.where(y[train], (~y[train]).sum() / max(1, y[train].sum()), 1.0)
+                model = make().fit(x[train], y[train], **{_weight_arg(make): weight})
+                p.update(zip(held, model.predict_proba(x[held])[:, 1]))
+            figures = score(p)
+            kappas.append(figures["binary_kappa"])
+            fprs.append(figures["false_positive_rate"])
+        out[str(fraction)] = {"binary_kappa": round(float(np.mean(kappas)), 3),
+                              "binary_kappa_sd": round(float(np.std(kappas)), 3),
+                              "false_positive_rate": round(float(np.mean(fprs)), 3), "draws": len(kappas)}  # fmt: skip
+    return out
 
 
 def best_threshold(p: dict, rules: dict, y: np.ndarray, pool: list[int], rows: list[dict]) -> dict:
@@ -228,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cross-encoder", action="store_true", help="also fine-tune MiniLM as a cross-encoder (25 min)"
     )
+    parser.add_argument("--learning-curve", action="store_true", help="also refit on 1/4, 1/2 and 3/4 of the items")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs/judge_ablations.json")
     args = parser.parse_args(argv)
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
@@ -302,9 +333,17 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         print(f"{name:36s} kappa {r['binary_kappa']:.3f}  FPR {r['false_positive_rate']:.3f}  "
               f"threshold {r['threshold']:.3f}  gaps {r['gap_points']}", flush=True)  # fmt: skip
+    curve = None
+    if args.learning_curve:
+        item_of = {i: (rows[i]["dataset"], str(rows[i]["item_id"])) for f in folds for i in f}
+        curve = learning_curve(logistic(0.03), base, y, folds, constructed, item_of,
+                               lambda p: best_threshold(p, rules, y, pool, rows))  # fmt: skip
+        for fraction, r in curve.items():
+            print(f"learning curve: {float(fraction):.2f} of the items  kappa {r['binary_kappa']:.3f} "
+                  f"(sd {r['binary_kappa_sd']:.3f} over {r['draws']})  FPR {r['false_positive_rate']:.3f}")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"labels": args.labels, "folds": args.folds, "lm": args.lm, "variants": results},
-                                   indent=1) + "\n", encoding="utf-8")  # fmt: skip
+    args.out.write_text(json.dumps({"labels": args.labels, "folds": args.folds, "lm": args.lm, "variants": results,
+                                    "learning_curve": curve}, indent=1) + "\n", encoding="utf-8")  # fmt: skip
     print(f"wrote {args.out}")
     return 0
 

@@ -264,8 +264,9 @@ def calibrated_widths(pairs, n_labels: int, draws: int, seed: int) -> dict:
         widths.append(out["high"] - out["low"])
         label_widths.append(out["labels_only"]["high"] - out["labels_only"]["low"])
         covered += out["low"] <= truth <= out["high"]
-    return {"labels_per_run": n_labels, "draws": draws, "mean_width": sum(widths) / draws,
-            "mean_width_labels_only": sum(label_widths) / draws, "coverage_of_labelled_rate": covered / draws,
+    # Rounded: the sums' last digits vary with the platform's floating point, the file should not.
+    return {"labels_per_run": n_labels, "draws": draws, "mean_width": round(sum(widths) / draws, 6),
+            "mean_width_labels_only": round(sum(label_widths) / draws, 6), "coverage_of_labelled_rate": covered / draws,
             "turns": len(pairs), "labelled_rate": truth, "judged_rate": sum(judged) / len(judged)}  # fmt: skip
 
 

@@ -160,3 +160,46 @@ def test_family_weights_give_both_model_families_the_same_total_weight():
     assert trained.tolist() == [False] * 6 + [True] * 2 + [False] * 2  # constructed cases are not a trained model's
     assert weights[trained].sum() == pytest.approx(weights[~trained].sum())
     assert module.family_weights(rows[:6]).tolist() == [1.0] * 6  # one family: no reweighting
+
+
+def test_learning_curve_refits_on_whole_items_and_scores_every_held_row():
+    import importlib.util
+
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from fic.metrics import cohen_kappa
+
+    script = Path(__file__).parents[1] / "scripts" / "judge_ablations.py"
+    spec = importlib.util.spec_from_file_location("judge_ablations", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    n_items, per_item = 28, 3
+    item_of = {i: i // per_item for i in range(n_items * per_item)}
+    y = np.array([item_of[i] % 2 == 0 for i in item_of])  # an item's turns share their label
+    x = np.column_stack([y + rng.normal(0, 0.1, len(y)), np.arange(len(y))])
+    folds = [[i for i in item_of if item_of[i] % 4 == f] for f in range(4)]
+    seen: list[list[int]] = []
+
+    class Recording(LogisticRegression):
+        def fit(self, x, y, sample_weight=None):
+            seen.append(sorted(int(i) for i in x[:, 1]))
+            return super().fit(x[:, :1], y, sample_weight=sample_weight)
+
+        def predict_proba(self, x):
+            return super().predict_proba(x[:, :1])
+
+    def score(p):
+        assert sorted(p) == sorted(item_of)  # every held row of every fold gets a probability
+        judged = np.array([p[i] >= 0.5 for i in sorted(p)])
+        return {"binary_kappa": cohen_kappa(list(y), list(judged)), "false_positive_rate": float(judged[~y].mean())}
+
+    curve = module.learning_curve(Recording, x, y, folds, [], item_of, score, fractions=(0.5, 1.0), draws=3)
+    assert curve["0.5"]["draws"] == 3 and curve["1.0"]["draws"] == 1
+    assert curve["1.0"]["binary_kappa"] == pytest.approx(1.0)
+    half, full = seen[: 3 * len(folds)], seen[3 * len(folds) :]
+    for train in seen:  # whole items only: every item in a training set brings all its turns
+        items = {item_of[i] for i in train}
+        assert len(train) == per_item * len(items)
+    assert all(len(h) == per_item * round(len(f) / per_item / 2) for h, f in zip(half, full * 3))

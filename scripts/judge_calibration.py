@@ -3,6 +3,7 @@
 rate, and how the corrected rate reads on the labelled test split.
 
     python scripts/judge_calibration.py [--labels-per-run 60] [--draws 500] [--out labels/followup/judge_calibration.json]
+    python scripts/judge_calibration.py --judge cascade --judge-base-url URL --judge-model NAME [--threshold 0.7]
 
 0. Transfer (printed first): each judge (`learned`, the judge of rates; `strict`, the judge of training signals,
    fitted on SmolLM2's and trained models' turns alike; each also in its contrastive form, `--contrast`) runs on the
@@ -13,7 +14,9 @@ rate, and how the corrected rate reads on the labelled test split.
    95% interval from a bootstrap over items (`fic.judges.agreement.binary_agreement`). A judge sees each source's
    turns of one dataset in one batch, so the contrast's foil is another item's answer of the same dataset. The
    issue's targets are read off the intervals: FPR on trained turns <= 0.10 at the upper end, kappa on base turns
-   >= 0.5 at the lower end (the point estimates are printed beside them).
+   >= 0.5 at the lower end (the point estimates are printed beside them). `--judge llm|cascade` adds a judge behind
+   an OpenAI-compatible endpoint (a vLLM server, a hosted API) to the table, plainly and contrastively: how a user
+   with a strong model measures the route the offline judges cannot take (labels/followup/README.md, "Cascade").
 
 0b. Likelihood ratio (when `labels/followup/likelihood_ratios.jsonl` exists, written by
    `scripts/judge_likelihood.py`; no LM runs here): how well log p(turn | own answer) - log p(turn | another answer)
@@ -101,15 +104,27 @@ def judge_turns_by_source(judge, turns: list[dict]) -> list[bool | None]:
     return decisions
 
 
-def transfer(draws: int, seed: int) -> dict:
-    """Part 0: agreement per judge on base and trained turns outside the fit, overall and per model."""
+def transfer_judges(kind: str | None = None, **endpoint) -> dict:
+    """The transfer table's judges by name: the shipped ones (`TRANSFER_JUDGES`), then, with `kind` (`llm` or
+    `cascade`; `endpoint`: `base_url`, `model`, `threshold`), that judge plainly and in its contrastive form."""
+    judges = {name: make_judge(k, contrast=c) for name, (k, c) in TRANSFER_JUDGES.items()}
+    if kind:
+        judges[kind] = make_judge(kind, **endpoint)
+        judges[f"{kind}+contrast"] = make_judge(kind, contrast=True, **endpoint)
+    return judges
+
+
+def transfer(draws: int, seed: int, judges: dict | None = None) -> dict:
+    """Part 0: agreement per judge (`transfer_judges()` by default) on base and trained turns outside the fit,
+    overall and per model."""
+    judges = judges or transfer_judges()
     fitted = set().union(
-        *(judge_provenance(make_judge(kind)).get("fitted_items") or set() for kind, _ in TRANSFER_JUDGES.values())
+        *(judge_provenance(judge).get("fitted_items") or set() for judge in judges.values())
     )  # outside every judge's fit
     turns = transfer_turns(fitted)
     out: dict = {"turns": {who: sum(t["who"] == who for t in turns) for who in ("base", "trained")}, "judges": {}}
-    for name, (kind, contrast) in TRANSFER_JUDGES.items():
-        decisions = judge_turns_by_source(make_judge(kind, contrast=contrast), turns)
+    for name, judge in judges.items():
+        decisions = judge_turns_by_source(judge, turns)
         ok = [i for i, d in enumerate(decisions) if d is not None]
 
         def agree(keep, ok=ok, decisions=decisions) -> dict:
@@ -296,8 +311,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels-per-run", type=int, default=60)
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "labels/followup/judge_calibration.json"))
+    parser.add_argument("--out", help="default: labels/followup/judge_calibration.json; with --judge, "
+                        "outputs/judge_calibration_<judge>.json (the shipped file is about the shipped judges)")  # fmt: skip
+    parser.add_argument("--judge", choices=("llm", "cascade"), help="also measure this judge at an endpoint "
+                        "(plainly and with --contrast) in the transfer table")  # fmt: skip
+    parser.add_argument("--judge-base-url", help="the judge's OpenAI-compatible endpoint (with --judge)")
+    parser.add_argument("--judge-model", help="the model name the endpoint serves (with --judge)")
+    parser.add_argument("--threshold", type=float, default=0.85, help="cascade: the learned verdicts less sure "
+                        "than this go to the LLM (README: 0.7 sends about a third on)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.judge and not (args.judge_base_url and args.judge_model):
+        parser.error(f"--judge {args.judge} needs --judge-base-url and --judge-model (an OpenAI-compatible endpoint)")
+    default_out = (
+        f"outputs/judge_calibration_{args.judge}.json" if args.judge else "labels/followup/judge_calibration.json"
+    )
+    args.out = Path(args.out or ROOT / default_out)
+    endpoint = {"base_url": args.judge_base_url, "model": args.judge_model, "threshold": args.threshold}
 
     from fic.judges.provenance import prompt_hash
 
@@ -306,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         row = json.loads(line)
         if row["split"] == "test":
             test_items.setdefault(row["dataset"], set()).add(prompt_hash(row["messages"]))
-    report = {"transfer": transfer(args.draws, args.seed), "likelihood": likelihood_check(args.draws, args.seed)}
+    judges = transfer_judges(args.judge, **endpoint)
+    report = {
+        "transfer": transfer(args.draws, args.seed, judges),
+        "likelihood": likelihood_check(args.draws, args.seed),
+    }
     print_transfer(report["transfer"])
     print_likelihood(report["likelihood"])
     for kind in ("heuristic", "learned"):
@@ -318,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     best = min(("heuristic", "learned"), key=lambda k: report[k]["calibrated"]["mean_width"])
     report["narrowest_calibrated"] = best
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for kind in ("heuristic", "learned"):
         c = report[kind]["calibrated"]
         print(f"{kind:>9}: mean calibrated width {c['mean_width']:.3f} (labels alone {c['mean_width_labels_only']:.3f}), "

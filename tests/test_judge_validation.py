@@ -126,14 +126,20 @@ def test_binary_agreement_point_values_and_item_clustered_intervals():
         binary_agreement([True], [True, False], ["a"])
 
 
-def test_attach_label_text_adds_text_only_where_the_turn_hash_matches(tmp_path):
+def _script(name: str):
+    """A module of `scripts/` (not a package), loaded from its file."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attach_label_text_adds_text_only_where_the_turn_hash_matches(tmp_path):
     from fic.eval.rates import turn_sha
 
-    spec = importlib.util.spec_from_file_location("attach", Path(__file__).parents[1] / "scripts/attach_label_text.py")
-    attach = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(attach)
+    attach = _script("attach_label_text")
     key = {"dataset": "mt_bench", "item_id": "1", "temperature": 0.7, "perturbation": "none"}
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     samples = [{**key, "sample": s, "messages": messages, "user_turn": f"turn {s}"} for s in range(2)]
@@ -146,14 +152,9 @@ def test_attach_label_text_adds_text_only_where_the_turn_hash_matches(tmp_path):
 
 
 def test_family_weights_give_both_model_families_the_same_total_weight():
-    import importlib.util
-
     import numpy as np
 
-    script = Path(__file__).parents[1] / "scripts" / "train_judge_classifier.py"
-    spec = importlib.util.spec_from_file_location("train_judge_classifier", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("train_judge_classifier")
     rows = [{"model": "smollm2"}] * 6 + [{"model": "collab_rl_contrast"}] * 2 + [{"source": "constructed"}] * 2
     weights = module.family_weights(rows)
     trained = np.array([module.is_trained(r) for r in rows])
@@ -163,17 +164,12 @@ def test_family_weights_give_both_model_families_the_same_total_weight():
 
 
 def test_learning_curve_refits_on_whole_items_and_scores_every_held_row():
-    import importlib.util
-
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     from fic.metrics import cohen_kappa
 
-    script = Path(__file__).parents[1] / "scripts" / "judge_ablations.py"
-    spec = importlib.util.spec_from_file_location("judge_ablations", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("judge_ablations")
     rng = np.random.default_rng(0)
     n_items, per_item = 28, 3
     item_of = {i: i // per_item for i in range(n_items * per_item)}
@@ -203,3 +199,28 @@ def test_learning_curve_refits_on_whole_items_and_scores_every_held_row():
         items = {item_of[i] for i in train}
         assert len(train) == per_item * len(items)
     assert all(len(h) == per_item * round(len(f) / per_item / 2) for h, f in zip(half, full * 3))
+
+
+def test_judge_calibration_measures_a_judge_behind_an_endpoint(capsys):
+    """`--judge llm|cascade`: an endpoint's verdicts land in the transfer table as they are (a judge that calls
+    everything genuine: recall 1, FPR 1, kappa 0), its failed replies as judge errors, never as verdicts."""
+    from mock_openai_server import MockOpenAIServer
+
+    calibration = _script("judge_calibration")
+    with pytest.raises(SystemExit):
+        calibration.main(["--judge", "cascade"])
+    assert "needs --judge-base-url and --judge-model" in capsys.readouterr().err
+    genuine = json.dumps({"label": "genuine_followup", "genuine": True, "confidence": 0.9, "rationale": "r"})
+    with MockOpenAIServer(chat_reply=genuine) as server:
+        judges = calibration.transfer_judges("llm", base_url=server.url, model="judge", max_retries=0, max_reasks=0)
+        assert list(judges)[-2:] == ["llm", "llm+contrast"]
+        report = calibration.transfer(draws=50, seed=0, judges={"llm": judges["llm"]})
+    entry = report["judges"]["llm"]
+    assert entry["judge_errors"] == 0 and entry["base"]["n"] == report["turns"]["base"] > 400
+    assert entry["base"]["tpr"]["value"] == entry["trained"]["fpr"]["value"] == 1.0
+    assert entry["base"]["kappa"]["value"] == 0.0 and entry["targets"]["met"] is False
+    with MockOpenAIServer(chat_reply="not a verdict") as server:
+        judge = calibration.make_judge("llm", base_url=server.url, model="judge", max_retries=0, max_reasks=0)
+        report = calibration.transfer(draws=50, seed=0, judges={"llm": judge})
+    entry = report["judges"]["llm"]
+    assert entry["judge_errors"] == sum(report["turns"].values()) and entry["base"]["n"] == 0

@@ -117,6 +117,17 @@ def test_one_process_takes_the_rows_a_killed_launch_left_in_its_parts(tmp_path):
     assert len(made) == 2  # every row stored: nothing made
 
 
+def test_merge_survives_another_rank_removing_the_parts_folder_while_it_lists_it(tmp_path, monkeypatch):
+    """The race of CI stop 39: rank 1 clears the parts and removes the folder between rank 0's `glob` checking that
+    the folder exists and listing it (Python's glob raises FileNotFoundError then); rank 0 must go on."""
+    out = RankedRows(tmp_path / "rows.jsonl", lambda r: r["k"], split=False)
+    rows = out.run([(1,)], list, lambda job: [{"k": k} for k in job])
+    is_dir = Path.is_dir
+    monkeypatch.setattr(Path, "is_dir", lambda self: self.name == "parts" or is_dir(self))  # checked, then gone
+    out.merge(rows)
+    assert [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()] == [{"k": 1}]
+
+
 def test_disagreement_names_the_rank_and_the_setting():
     assert disagreement([{"seed": 0, "limit": 5}, {"seed": 0, "limit": 5}]) is None
     assert disagreement([{"seed": 0}, {"seed": 0}, {"seed": 1}]) == "rank 2: seed 0 -> 1"

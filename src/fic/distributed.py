@@ -231,7 +231,11 @@ class RankedRows:
                 append_rows(self.path, [r for r in rows if self.key(r) not in self.merged])
             state.wait_for_everyone()
         parts = self.path.parent / "parts"
-        for part in parts.glob(f"{self.path.stem}.rank*{self.path.suffix}"):
+        try:  # every rank clears what it finds; another rank may remove the folder between glob's check and listing
+            found = list(parts.glob(f"{self.path.stem}.rank*{self.path.suffix}"))
+        except FileNotFoundError:
+            found = []
+        for part in found:
             part.unlink(missing_ok=True)
         with suppress(OSError):  # absent, removed by another rank, or still holding the parts of another file
             parts.rmdir()

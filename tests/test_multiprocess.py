@@ -39,6 +39,17 @@ def launch_env(**env) -> dict:
     return {**child_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "tests")), "WANDB_MODE": "disabled", **env}
 
 
+def launch_failure(stderr: str, lines: int = 25) -> str:
+    """A failed launch's stderr for an assertion message: each rank's last `lines` tagged lines (`[rank0]: ...`),
+    then the tail. The tail alone often holds only the rank torchrun stopped, not the one that failed first."""
+    by_rank: dict[str, list[str]] = {}
+    for line in stderr.splitlines():
+        if line.startswith("[rank") and "]:" in line:
+            by_rank.setdefault(line[: line.index("]:") + 1], []).append(line)
+    tagged = [line for rank in sorted(by_rank) for line in by_rank[rank][-lines:]]
+    return "\n".join([*tagged, "--- tail ---", stderr[-2000:]])
+
+
 def rank_records(out: Path, processes: int) -> dict:
     """The per-rank records a run through the test entry wrote, checked to come from one group of `processes`."""
     records = {int(p.stem[4:]): json.loads(p.read_text()) for p in (out / "ranks").glob("rank*.json")}
@@ -58,7 +69,7 @@ def launch(out: Path, processes: int, args: list[str], timeout: float = 300, con
     except subprocess.TimeoutExpired as err:
         tail = (err.stderr or b"")[-3000:]
         pytest.fail(f"{processes}-process run did not finish in {timeout} s (a rank waits on a collective): {tail}")
-    assert done.returncode == 0, done.stderr[-5000:]
+    assert done.returncode == 0, launch_failure(done.stderr)
     records = rank_records(out, processes)
     print(f"{processes}-process run: {time.time() - started:.1f} s")
     return records

@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from test_multiprocess import ACCELERATE, ROOT, launch_env
+from test_multiprocess import ACCELERATE, ROOT, launch_env, launch_failure
 
 from fic.distributed import RankedRows, disagreement
 
@@ -51,7 +51,7 @@ def run_fic(args: list[str], processes: int, entry: list[str] | None = None, che
     started = time.time()
     done = subprocess.run(command, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=300)
     if check:
-        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.returncode == 0, launch_failure(done.stderr)
     print(f"fic {args[0]} on {processes} process(es): {time.time() - started:.1f} s")
     return done
 

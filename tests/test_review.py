@@ -61,7 +61,8 @@ def test_annotations_are_saved_atomically_and_resume(tmp_path):
     assert (state["done"], state["next"], len(state["labels"])) == (0, 0, 7)
     first, second = store.order[0], store.order[1]
     result = store.annotate(first, "meta_planning", False)
-    assert result == {"ok": True, "done": 1, "next": 1, "estimate": None}  # withheld until every item is labelled
+    # the estimate is withheld until every item is labelled
+    assert result == {"ok": True, "done": 1, "next": 1, "estimate": None, "pooled": False}
     saved = json.loads((tmp_path / "review" / "annotations.json").read_text())
     assert saved[first]["label"] == "meta_planning" and saved[first]["genuine"] is False
     assert saved[first]["annotator"] == "ann" and saved[first]["reader"] == "r1"

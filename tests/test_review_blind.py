@@ -107,9 +107,11 @@ def test_nothing_from_the_judge_reaches_the_reader_before_the_last_label(tmp_pat
             data = json.loads(text)
             assert data.get("estimate") is None and data.get("estimates") is None
             assert not {"kappa", "confusion", "label", "binary", "n", "excluded"} & set(data)
-    # after the last label, and only then: the estimates (with the folders' names) and the agreement
+    # after the last label, and only then: the agreement. No estimate even now: pooled, it would name each folder
+    # with its rate (how each model fared) to readers who may read the same models again
     done, agreement_a, agreement_b = json.loads(after_a[0]), json.loads(after_a[2]), json.loads(after_b[2])
-    assert done["next"] is None and len(done["estimates"]) == 3
+    assert done["next"] is None and done["pooled"] and done["estimate"] is None and "estimates" not in done
+    assert after_a[:2] == after_b[:2] and not any(marker in after_a[1].decode() for marker in MARKERS)
     assert agreement_a["binary"] is not None and agreement_a["confusion"] != agreement_b["confusion"]
 
 

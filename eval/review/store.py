@@ -8,7 +8,9 @@ progress counts and every API answer are the same whatever the judge said (`test
 by serving the same turns under two different judges). Then, and not before, `state()` carries the calibrated
 estimate and `agreement()` the kappa: the calibrated rate combines the labels with the judge's verdicts, and the
 confusion matrix names the judge's label of each turn, so either shown while labelling would tell the reader the
-judge's verdict on the turn just labelled.
+judge's verdict on the turn just labelled. A pooled session never shows a folder's estimate, not even then: under
+the folder's name it would tell readers who may read the same models again how each one fared (`fic rates DIR`
+gives it to whoever runs the study).
 
 Sampling. `sample=N` serves N turns of each folder drawn at random, stratified by dataset and temperature with
 proportional allocation (so the labelled turns stay a uniform sample of the run, as the prediction-powered estimate
@@ -341,21 +343,14 @@ class ReviewStore:
                     "reader": self.reader, "labels": self.labels(), **self._estimates_when_done()}  # fmt: skip
 
     def estimate(self) -> dict | None:
-        """The calibrated rate of the run (one folder; None when pooled: see `estimates`)."""
+        """The calibrated rate of the run (one folder; None when pooled: `fic rates DIR` gives each folder's)."""
         return None if self.pooled else self.folders[0].estimate()
 
-    def estimates(self) -> dict[str, dict | None]:
-        """{folder: its calibrated rate} of each folder of the session."""
-        return {str(f.directory): f.estimate() for f in self.folders}
-
     def _estimates_when_done(self) -> dict:
-        """The estimate(s) once every item of the session is annotated, else None: shown while labelling, their move
-        after each label would tell the reader the judge's verdict. Pooled, the folders are named only then."""
+        """The estimate once every item of the session is annotated, else None: shown while labelling, its move after
+        each label would tell the reader the judge's verdict. Pooled, None even then (see the module docstring)."""
         done = self._next() is None
-        out = {"estimate": self.estimate() if done else None}
-        if self.pooled:
-            out["estimates"] = self.estimates() if done else None
-        return out
+        return {"estimate": self.estimate() if done else None, "pooled": self.pooled}
 
     def _done(self) -> int:
         return sum(self._saved(item_id) is not None for item_id in self.order)

@@ -23,7 +23,8 @@ function setStatus(text, isError) {
   $("status").className = isError ? "error" : "";
 }
 
-// The estimates arrive only once every item of the session is labelled (the server withholds them before).
+// The estimate arrives only once every item of the session is labelled (the server withholds it before); a pooled
+// session never shows one (each folder's is in `fic rates DIR`).
 function describe(estimate) {
   const c = estimate.calibrated;
   const f = (x) => x.toFixed(3);
@@ -31,12 +32,9 @@ function describe(estimate) {
     ` (labels alone: ${f(estimate.labels_only.width)})`;
 }
 
-function showProgress(done, estimate, estimates) {
+function showProgress(done, estimate) {
   let text = `${done} / ${state.total} annotated`;
   if (estimate) text += ` · ${describe(estimate)}`;
-  for (const [folder, e] of Object.entries(estimates || {})) {
-    text += ` · ${folder}: ${e ? describe(e) : "no estimate yet"}`;
-  }
   $("progress").textContent = text;
 }
 
@@ -112,13 +110,14 @@ async function save() {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ id: state.item.id, label: label, genuine: genuine === "yes" }),
     });
-    showProgress(result.done, result.estimate, result.estimates);
+    showProgress(result.done, result.estimate);
     setStatus("saved", false);
     if (result.next !== null && result.next !== state.index) {
       await go(result.next);
       setStatus("saved; next item", false);
     } else if (result.next === null) {
-      setStatus("saved; every item is annotated", false);
+      const where = result.pooled ? " (each folder's calibrated rate: fic rates DIR)" : "";
+      setStatus(`saved; every item is annotated${where}`, false);
     }
   } catch (err) {
     setStatus(`not saved: ${err.message}`, true);
@@ -152,7 +151,7 @@ async function start() {
     state.total = s.total;
     state.labels = s.labels;
     buildLabels();
-    showProgress(s.done, s.estimate, s.estimates);
+    showProgress(s.done, s.estimate);
     const match = /^#i=(\d+)$/.exec(location.hash);
     const wanted = match ? Number(match[1]) : s.next === null ? 0 : s.next;
     await go(Math.min(wanted, s.total - 1));

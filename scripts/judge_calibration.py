@@ -29,7 +29,7 @@ Parts 1 and 2 read the shipped judges' decisions beside the labels on the labell
 (`src/fic/judges/validation.json`, written by `scripts/train_judge_classifier.py`); no judge run.
 
 1. Calibrated width: many times, `--labels-per-run` of those turns are drawn at random as if a reader had labelled
-   them in `fic review RUN --sample N`; `fic.estimates.ppi_rate` gives the prediction-powered interval over all of them
+   them in `fic review RUN --sample N`; `fic.ppi.ppi_rate` gives the prediction-powered interval over all of them
    (clustered by item) and the labels-alone interval. The judge whose calibrated interval is narrowest on average
    is the default for rates (`fic.judges.DEFAULT_JUDGE`).
 2. Corrected rates on the test split: per dataset, the judge's raw rate, the Rogan-Gladen rate with sensitivity and
@@ -45,11 +45,12 @@ import random
 import sys
 from pathlib import Path
 
-from fic.estimates import cluster_rate, corrected_rate, judge_error_rates, ppi_rate, rate_variance
+from fic.estimates import cluster_rate, corrected_rate, judge_error_rates, rate_variance
 from fic.judges import Case, make_judge
 from fic.judges.agreement import binary_agreement
 from fic.judges.provenance import judge_provenance, prompt_hash
 from fic.judges.validity import load_validation
+from fic.ppi import ppi_rate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_judge_classifier import is_trained  # noqa: E402

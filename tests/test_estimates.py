@@ -13,11 +13,11 @@ from fic.estimates import (
     judge_error_rates,
     minimum_detectable_effect,
     paired_difference,
-    ppi_rate,
     rate_variance,
     standard_error_from_interval,
 )
 from fic.metrics import wilson_interval
+from fic.ppi import ppi_rate
 
 
 def test_cluster_rate_by_hand():

@@ -1,4 +1,4 @@
-"""The calibrated paired difference (`fic.estimates.ppi_paired_difference`), its use in the checkpoint comparison, and
+"""The calibrated paired difference (`fic.ppi.ppi_paired_difference`), its use in the checkpoint comparison, and
 the rule that an estimate resting on fewer than `MIN_CLUSTERS` items is not estimable."""
 
 import json
@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fic.estimates import MIN_CLUSTERS, cluster_mean, paired_difference, ppi_paired_difference, ppi_rate
+from fic.estimates import MIN_CLUSTERS, cluster_mean, paired_difference
 from fic.followup_summary import compare, compare_calibrated, ppi_arm
+from fic.ppi import ppi_paired_difference, ppi_rate
 
 
 def expit(x):

@@ -22,17 +22,11 @@ the corrected and calibrated estimates.
 
 from __future__ import annotations
 
-from fic.estimates import (
-    cluster_rate,
-    corrected_rate,
-    paired_difference,
-    ppi_paired_difference,
-    ppi_rate,
-    rate_variance,
-)
+from fic.estimates import cluster_rate, corrected_rate, paired_difference, rate_variance
 from fic.judges.validity import dataset_errors
 from fic.metric_names import probe_accuracy, probe_corrected, probe_generic_floor, probe_genuine, temperature_key
 from fic.metrics import cohen_kappa, label_distribution, percent_changed
+from fic.ppi import ppi_paired_difference, ppi_rate
 
 ASSUMPTION = ("corrected rates assume that the judge's sensitivity and specificity on its labelled held-out turns "
               "transfer to the turns of this run")  # fmt: skip
@@ -81,7 +75,7 @@ def corrected(rows: list[dict], errors: dict | None) -> tuple[dict | None, str]:
 
 def ppi_arm(rows: list[dict], labels: dict[tuple, bool]) -> dict | None:
     """`ppi_rate`'s arguments by name for the judged `rows` and the labels of some of them (None under 2 labels):
-    one arm of `fic.estimates.ppi_paired_difference`, items keyed `(dataset, item_id)`."""
+    one arm of `fic.ppi.ppi_paired_difference`, items keyed `(dataset, item_id)`."""
     kept = decided(rows)
     labelled = [r for r in kept if row_key(r) in labels]
     if len(labelled) < 2:
@@ -285,7 +279,7 @@ def compare(before: list[dict], after: list[dict], seed: int = 0) -> dict:
 def compare_calibrated(before: list[dict], after: list[dict], labels_before: dict[tuple, bool],
                        labels_after: dict[tuple, bool], excluded: set | None = None) -> dict:  # fmt: skip
     """The calibrated (PPI++) difference after - before (pooled and per dataset) of two labelled runs on the same
-    items, paired by item (`fic.estimates.ppi_paired_difference`): the estimate of what readers would say, beside
+    items, paired by item (`fic.ppi.ppi_paired_difference`): the estimate of what readers would say, beside
     `compare`'s judged one. The rows of `excluded` items (inside the judge's fit) stay out, as in `estimate`.
 
     Each entry: `ppi_paired_difference`'s dict with `reading`, or None where an arm has under 2 labels."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fic.errors import FicError
 from fic.followup_summary import row_key, summarize
-from fic.jsonl import load_done, write_json
+from fic.jsonl import first_of_each, load_done, write_json
 from fic.judges.validity import judge_validity, validity_of
 
 from .probe_plots import write_plots
@@ -90,6 +90,13 @@ def write_rates(run_dir: str | Path, judge=None, labels: str | Path | None = Non
     rows = load_done(samples) if samples.is_file() else []
     if not rows and not empty_ok:
         raise RatesError(f"{samples} holds no samples; run `fic probe` into {run_dir} first")
+    repeats = len(rows) - len(first_of_each(rows, row_key))
+    if repeats:
+        raise RatesError(
+            f"{samples}: {repeats} rows repeat an earlier row's (dataset, item, temperature, perturbation, sample), so "
+            f"every rate would count them twice (two runs wrote into {run_dir} at once). Rerun the same `fic probe` "
+            "command into it: it keeps the first row of each and rewrites the summary."
+        )
     meta_path = run_dir / META_FILE
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     validity = judge_validity(judge) if judge is not None else validity_of(meta.get("judge_validity") or {})

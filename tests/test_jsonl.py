@@ -1,12 +1,15 @@
-"""`fic.jsonl`, the resumable output of every evaluation: torn last lines, damaged middle lines, stored settings."""
+"""`fic.jsonl`, the resumable output of every evaluation: torn last lines, damaged middle lines, stored settings,
+one writer at a time."""
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
 from fic.errors import FicError
-from fic.jsonl import ResumeError, append_rows, check_settings, load_done, load_keyed
+from fic.jsonl import ResumeError, append_rows, check_settings, load_done, load_keyed, writer_lock
 
 
 def test_a_torn_last_line_is_dropped_with_a_warning_and_cut_off(tmp_path, caplog):
@@ -63,3 +66,41 @@ def test_check_settings_stores_then_refuses_other_settings_naming_the_keys(tmp_p
     message = str(err.value)
     assert "model: 'm' -> 'other'" in message and "seed: 0 -> 1" in message and "temps" not in message
     assert "new --out" in message
+
+
+HOLD = """
+import sys
+from fic.jsonl import BusyError, writer_lock
+try:
+    writer_lock(sys.argv[1], shared=sys.argv[2] == "shared")
+except BusyError as err:
+    print(err)
+    sys.exit(3)
+"""
+
+
+def try_lock(path, shared: bool = False) -> subprocess.CompletedProcess:
+    """`writer_lock(path)` taken by another process (locks are per process: the real case of two runs)."""
+    return subprocess.run([sys.executable, "-c", HOLD, str(path), "shared" if shared else "alone"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    held = writer_lock(path)
+    refused = try_lock(path)
+    assert refused.returncode == 3
+    assert (
+        f"{path}: another process is writing it now (`fuser -v {tmp_path / '.samples.jsonl.lock'}`" in refused.stdout
+    )
+    assert try_lock(tmp_path / "other.jsonl").returncode == 0  # another file of the folder is free
+    held.close()
+    assert try_lock(path).returncode == 0
+
+
+def test_the_ranks_of_one_launch_share_the_lock_and_a_lone_run_is_refused(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    held = writer_lock(path, shared=True)
+    assert try_lock(path, shared=True).returncode == 0  # another rank of the launch
+    assert try_lock(path).returncode == 3  # a one-process run into the same folder
+    held.close()

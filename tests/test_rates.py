@@ -252,3 +252,26 @@ def test_trainer_summary_writes_turns_and_the_paired_difference(tmp_path):
     summary = json.loads((tmp_path / "eval_summary.json").read_text())
     assert "rows" not in summary["before"] and summary["difference"]["overall"]["detectable"]
     assert len((tmp_path / "eval_turns" / "after.jsonl").read_text().splitlines()) == 24
+
+
+def test_rows_written_twice_are_refused_in_one_line_and_a_rerun_repairs_them(probed, shared_data, capsys):
+    """What the committed collab run had (every base MT-Bench turn twice, n 160 for 80): two runs that appended to one
+    folder at once. `fic rates` refuses to count the repeats; rerunning the same probe keeps the first of each."""
+    from fic.cli import main
+    from fic.testing import build_tokenizer
+
+    samples = probed / "samples.jsonl"
+    before, summary = samples.read_text(), json.loads((probed / "summary.json").read_text())
+    lines = before.splitlines(keepends=True)
+    twice = [line for line in lines if '"mt_bench"' in line]
+    samples.write_text(before + "".join(twice))
+    assert main(["rates", str(probed)]) == 1
+    err = capsys.readouterr().err
+    assert f"{len(twice)} rows repeat an earlier row's" in err and "Rerun the same `fic probe`" in err
+
+    gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
+    mt = f"mt_bench:{shared_data / 'mt_bench' / 'question.jsonl'}"
+    probe.run_probe(Backend(), build_tokenizer("chatml"), [gsm8k, mt], probed, temperatures=[0.0, 1.0], samples=3,
+                    limit=8, judge=GenericJudge(), progress=False, report=False)  # fmt: skip
+    assert samples.read_text() == before
+    assert json.loads((probed / "summary.json").read_text())["overall"] == summary["overall"]

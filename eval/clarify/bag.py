@@ -44,7 +44,7 @@ from fic.eval.clarify.model import load_chat_model
 from fic.eval.clarify.scenarios import Episode, Intent, resolve_data_path
 from fic.eval.clarify.text import cluster_answers, matches_any_answer
 from fic.eval.clarify.user import SimulatedUser, check_profile
-from fic.jsonl import append_rows, check_settings, load_keyed, write_json
+from fic.jsonl import append_rows, check_settings, load_keyed, write_json, writer_lock
 from fic.metrics import accuracy_with_abstentions, auroc, routing_profile, semantic_entropy
 
 logger = logging.getLogger(__name__)
@@ -388,6 +388,7 @@ def run(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = out / "items.jsonl"
+    lock = writer_lock(path)  # noqa: F841 - held until this function returns: a second run into OUT is refused
     done = load_keyed(path)
     # an item's seed is its position in the seeded draw, so --skip only selects items and never changes one
     todo = [(i, it) for i, it in enumerate(items, start=args.skip) if str(it["id"]) not in done]

@@ -34,7 +34,7 @@ from fic.eval.clarify.tracker import LLMTracker, RuleTracker
 from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
 from fic.eval.report import report_dir
 from fic.eval_config import EvalConfig, RegretConfig
-from fic.jsonl import append_rows, check_settings, load_keyed, write_json
+from fic.jsonl import append_rows, check_settings, load_keyed, write_json, writer_lock
 from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
 
 logger = logging.getLogger(__name__)
@@ -260,6 +260,7 @@ def run_regret(args) -> dict:
     except (ValueError, FicError) as err:
         raise SetupError(str(err)) from None
     path = out / "episodes.jsonl"
+    lock = writer_lock(path)  # noqa: F841 - held until this function returns: a second run into OUT is refused
     done = load_keyed(path)
     units = [(i, ep, p) for i, ep in enumerate(episodes) for p in profiles]
     todo = [u for u in units if f"{u[1].id}|{u[2]}" not in done]

@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from fic.errors import FicError
-from fic.jsonl import append_rows, load_done
+from fic.jsonl import append_rows, first_of_each, load_done, write_rows, writer_lock
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,8 @@ class RankedRows:
     its own part, `parts/<stem>.rank<r>.jsonl` beside `path` (no two processes append to one file); a rerun resumes
     each rank from `path` and its own part. `merge` then appends to `path` the rows it lacks, in job order, and
     deletes the parts, so the merged file is the one a single process would have written, whatever the number of
-    processes. A job whose rows are all stored returns them as stored instead of running.
+    processes. A job whose rows are all stored returns them as stored instead of running. While it lives it holds the
+    file's writer lock (`fic.jsonl.writer_lock`): a second run into the same folder is refused, not interleaved.
 
     Args:
         path: the merged file.
@@ -186,8 +187,12 @@ class RankedRows:
         self.rank = state.process_index if state is not None else 0
         parts = self.path.parent / "parts"
         self.part = self.path if self.ranks == 1 else parts / f"{self.path.stem}.rank{self.rank}{self.path.suffix}"
-        with main_process_first(self.ranks > 1):  # the main process cuts a damaged last line before the others read
-            stored = load_done(self.path)
+        # Taken before the first collective, so a launch that finds the folder busy fails on every rank alike.
+        self.locks = [writer_lock(self.path, shared=self.ranks > 1)]
+        if self.ranks > 1:
+            self.locks.append(writer_lock(self.path.with_name(f"{self.path.name}.rank{self.rank}")))
+        with main_process_first(self.ranks > 1):  # the main process repairs the file before the others read it
+            stored = self._repaired(load_done(self.path))
         self.merged = {key(r) for r in stored}
         self.written = set(self.merged)  # in `path` or this rank's part
         self.rows = {key(r): r for r in stored}
@@ -200,6 +205,16 @@ class RankedRows:
                 self.rows.setdefault(key(row), row)
             if part == self.part:
                 self.written |= {key(r) for r in own}
+
+    def _repaired(self, stored: list[dict]) -> list[dict]:
+        """`stored` without rows that repeat an earlier row's key, rewriting `path` when it held some: two runs that
+        appended to it at once (before `writer_lock`) left every row of their shared jobs twice."""
+        kept = first_of_each(stored, self.key)
+        if len(kept) < len(stored):
+            logger.warning("%s: %d rows repeat an earlier row's key (two runs wrote into it at once); kept the first "
+                           "of each and rewrote the file", self.path, len(stored) - len(kept))  # fmt: skip
+            write_rows(self.path, kept)
+        return kept
 
     def run(self, jobs: list, keys, make, desc: str = "", progress: bool = False) -> list[dict]:
         """Every job's rows, in job order, on every rank. `keys(job)` lists a job's row keys; `make(job)` makes its
@@ -230,6 +245,7 @@ class RankedRows:
             if state.is_main_process:
                 append_rows(self.path, [r for r in rows if self.key(r) not in self.merged])
             state.wait_for_everyone()
+        self.close()
         parts = self.path.parent / "parts"
         try:  # every rank clears what it finds; another rank may remove the folder between glob's check and listing
             found = list(parts.glob(f"{self.path.stem}.rank*{self.path.suffix}"))
@@ -239,3 +255,10 @@ class RankedRows:
             part.unlink(missing_ok=True)
         with suppress(OSError):  # absent, removed by another rank, or still holding the parts of another file
             parts.rmdir()
+
+    def close(self) -> None:
+        """Release the writer's locks (`merge` does; a run that stops early releases them when the process ends)."""
+        for handle in self.locks:
+            if handle is not None:
+                handle.close()
+        self.locks = []

@@ -14,10 +14,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from fic.errors import FicError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +31,46 @@ SETTINGS_FILE = "settings.json"
 
 class ResumeError(FicError, ValueError):
     """An output folder that cannot be resumed: a damaged line before the last, or a run with other settings."""
+
+
+class BusyError(FicError, RuntimeError):
+    """An output file that another living process is writing now."""
+
+
+def writer_lock(path: str | Path, shared: bool = False):
+    """Hold the writer's lock of `path` until the returned file is closed (or the process ends, however it ends).
+
+    The lock is an `flock` on a hidden `.NAME.lock` beside `path`. `shared`: the processes of one launch each hold it
+    shared (and the lock of their own part exclusively), so another run into the same folder, of one process or of
+    many, is refused while they live. Raises `BusyError` naming the lock file. Where `flock` does not exist (Windows),
+    nothing is locked and None is returned.
+    """
+    if fcntl is None:
+        return None
+    path = Path(path)
+    lock = path.parent / f".{path.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock, "a")  # noqa: SIM115 - held open for as long as the lock is held
+    try:
+        fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise BusyError(
+            f"{path}: another process is writing it now (`fuser -v {lock}` names it); two runs into one output folder "
+            "would each append the same rows. Let that run end or stop it, then rerun this command: it resumes."
+        ) from None
+    return handle
+
+
+def first_of_each(rows: list[dict], key: Callable[[dict], object]) -> list[dict]:
+    """`rows` without those whose `key` an earlier row already has (what two runs writing one file at once leave)."""
+    seen, kept = set(), []
+    for row in rows:
+        k = key(row)
+        if k not in seen:
+            seen.add(k)
+            kept.append(row)
+    return kept
 
 
 def load_done(path: str | Path) -> list[dict]:

@@ -80,7 +80,8 @@ in 20.1 min, the blind labels attaching in the run. With the contrastive filter 
 1,854 template candidates took 0.3 min as before (the contrast re-judges only the 967 it keeps genuine) and the two
 template arms, RL and their probes 13.2 min. With the `strict` training judge (same day, `--redo collab`, one pass
 from scratch) the whole part took 21.7 min and the labels pass 0.8; the strict judge, contrastively, kept a
-follow-up on 297 of the 309 template contexts (0.3 min) and called 1,213 of the 1,854 candidates genuine.
+follow-up on 297 of the 309 template contexts (0.3 min) and called 1,213 of the 1,854 candidates genuine. Rerun alone
+from scratch on 2026-12-06 (the committed results' collab part), its one pass took 20.5 min.
 
 Sizes dropped for the ~25 min first planned (before any control): the arms hold the real arm's 35 rows (not the 176 the
 earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured

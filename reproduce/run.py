@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.time()
                 try:
                     records[name] = run_part(name, out, name in redo)
-                except KeyboardInterrupt:
-                    _add_elapsed(out / name, time.time() - start)
-                    raise
                 except FicError as err:
                     _add_elapsed(out / name, time.time() - start)
                     hint = f" (or run it again from scratch: --redo {name})" if isinstance(err, ResumeError) else ""
                     print(f"error: {name} failed: {err}{hint}", file=sys.stderr)
                     failed.append(name)
+                except BaseException:  # Ctrl-C, a kill signal Python sees, a bug: the part's minutes still count
+                    _add_elapsed(out / name, time.time() - start)
+                    raise
             elif done.exists():  # the report covers every finished part, run now or earlier
                 records[name] = json.loads(done.read_text(encoding="utf-8"))
         summary = summarize(out, records)

@@ -114,6 +114,19 @@ def test_another_pass_of_a_finished_part_adds_its_time(tmp_path, fake_parts):
     assert json.loads((tmp_path / "summary.json").read_text())["minutes_per_part"]["probe"] >= 40.0
 
 
+def test_a_part_that_crashes_keeps_its_minutes(tmp_path, fake_parts, monkeypatch):
+    """A bug (here an ImportError, as a module edited under a running pass gave) ends the run, but the part's wall
+    time so far is kept, so the pass that finishes it reports the part's total."""
+
+    def crash(out):
+        raise ImportError("cannot import name 'x'")
+
+    monkeypatch.setattr(sys.modules["collab"], "run", crash)
+    with pytest.raises(ImportError):
+        reproduce.main(["--out", str(tmp_path), "--parts", "collab"])
+    assert (tmp_path / "collab" / "elapsed.json").exists()
+
+
 def test_a_part_folder_made_with_other_settings_is_refused(tmp_path, fake_parts, capsys):
     assert reproduce.main(["--out", str(tmp_path), "--parts", "probe"]) == 0
     sys.modules["probe"].SETTINGS = {"size": 2}

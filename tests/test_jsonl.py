@@ -104,3 +104,17 @@ def test_the_ranks_of_one_launch_share_the_lock_and_a_lone_run_is_refused(tmp_pa
     assert try_lock(path, shared=True).returncode == 0  # another rank of the launch
     assert try_lock(path).returncode == 3  # a one-process run into the same folder
     held.close()
+
+
+def test_a_filesystem_without_locks_writes_unlocked_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+
+    import fic.jsonl
+
+    def no_locks(handle, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fic.jsonl.fcntl, "flock", no_locks)
+    with caplog.at_level(logging.WARNING, logger="fic.jsonl"):
+        assert writer_lock(tmp_path / "samples.jsonl") is None
+    assert "cannot be locked ([Errno 37] No locks available)" in caplog.text

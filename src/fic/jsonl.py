@@ -42,8 +42,8 @@ def writer_lock(path: str | Path, shared: bool = False):
 
     The lock is an `flock` on a hidden `.NAME.lock` beside `path`. `shared`: the processes of one launch each hold it
     shared (and the lock of their own part exclusively), so another run into the same folder, of one process or of
-    many, is refused while they live. Raises `BusyError` naming the lock file. Where `flock` does not exist (Windows),
-    nothing is locked and None is returned.
+    many, is refused while they live. Raises `BusyError` naming the lock file. Where `flock` does not exist (Windows)
+    or the filesystem refuses it, nothing is locked (with a warning in the second case) and None is returned.
     """
     if fcntl is None:
         return None
@@ -59,6 +59,10 @@ def writer_lock(path: str | Path, shared: bool = False):
             f"{path}: another process is writing it now (`fuser -v {lock}` names it); two runs into one output folder "
             "would each append the same rows. Let that run end or stop it, then rerun this command: it resumes."
         ) from None
+    except OSError as err:  # a filesystem without locks (some network mounts): write unlocked, and say so
+        handle.close()
+        logger.warning("%s: cannot be locked (%s); a second run into this folder would not be refused", path, err)
+        return None
     return handle
 
 

@@ -1,6 +1,7 @@
 """`fic.jsonl`, the resumable output of every evaluation: torn last lines, damaged middle lines, stored settings,
 one writer at a time."""
 
+import errno
 import json
 import logging
 import subprocess
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 
+import fic.jsonl
 from fic.errors import FicError
 from fic.jsonl import ResumeError, append_rows, check_settings, load_done, load_keyed, writer_lock
 
@@ -107,10 +109,6 @@ def test_the_ranks_of_one_launch_share_the_lock_and_a_lone_run_is_refused(tmp_pa
 
 
 def test_a_filesystem_without_locks_writes_unlocked_with_a_warning(tmp_path, monkeypatch, caplog):
-    import errno
-
-    import fic.jsonl
-
     def no_locks(handle, op):
         raise OSError(errno.ENOLCK, "No locks available")
 

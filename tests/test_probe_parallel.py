@@ -168,6 +168,20 @@ def test_parallel_sizes_need_vllm_and_vllm_one_process(shared_data, tmp_path, ca
         backend_kwargs(args, types.SimpleNamespace(num_processes=2))
 
 
+def test_a_second_run_into_the_folder_is_refused_until_the_first_merges(tmp_path):
+    """Two runs appending to one samples.jsonl at once would each write every row (the committed collab run's base
+    MT-Bench turns, twice): while a `RankedRows` lives, another process cannot open one on the same file."""
+    code = ("import sys; from fic.distributed import RankedRows; from fic.jsonl import BusyError\n"
+            "try: RankedRows(sys.argv[1], lambda r: r['k'], split=False)\n"
+            "except BusyError as err: sys.exit(str(err))")  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    out = RankedRows(path, lambda r: r["k"], split=False)
+    second = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1 and "another process is writing it now" in second.stderr
+    out.merge(out.run([(1,)], list, lambda job: [{"k": k} for k in job]))
+    assert subprocess.run([sys.executable, "-c", code, str(path)], timeout=120).returncode == 0
+
+
 def _kill_after_writes(argv: list[str]) -> int:
     """`accelerate launch tests/test_probe_parallel.py RANK N FIC-ARGS...`: `fic FIC-ARGS`, where rank RANK SIGKILLs
     itself once it has appended rows to its part N times (a real kill in the middle of a launch)."""
@@ -190,17 +204,3 @@ def _kill_after_writes(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_kill_after_writes(sys.argv[1:]))
-
-
-def test_a_second_run_into_the_folder_is_refused_until_the_first_merges(tmp_path):
-    """Two runs appending to one samples.jsonl at once would each write every row (the committed collab run's base
-    MT-Bench turns, twice): while a `RankedRows` lives, another process cannot open one on the same file."""
-    code = ("import sys; from fic.distributed import RankedRows; from fic.jsonl import BusyError\n"
-            "try: RankedRows(sys.argv[1], lambda r: r['k'], split=False)\n"
-            "except BusyError as err: sys.exit(str(err))")  # fmt: skip
-    path = tmp_path / "rows.jsonl"
-    out = RankedRows(path, lambda r: r["k"], split=False)
-    second = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
-    assert second.returncode == 1 and "another process is writing it now" in second.stderr
-    out.merge(out.run([(1,)], list, lambda job: [{"k": k} for k in job]))
-    assert subprocess.run([sys.executable, "-c", code, str(path)], timeout=120).returncode == 0

@@ -18,7 +18,7 @@ from fic.gguf import resolve_gguf_name
 from fic.testing import FAMILIES, tiny_model, tiny_task_model
 
 __all__ = ["ModelArguments", "ModelLoadError", "load_model", "load_model_and_tokenizer", "load_tokenizer",
-           "resolve_model_name"]  # fmt: skip
+           "missing_kernels", "resolve_model_name"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,37 @@ def load_model(name: str, dtype: str | None = "auto", revision: str = "main", tr
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        return AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or empty weights file
         raise model_load_error(name, "model", err) from None
+    warn_missing_kernels(model.config, name)
+    return model
+
+
+# Kernel packages (PyPI name: module) of linear-attention layers (Qwen3.5, Qwen3-Next); the `gpu` extra names them.
+LINEAR_ATTENTION_KERNELS = {"flash-linear-attention": "fla", "causal-conv1d": "causal_conv1d"}
+
+
+def missing_kernels(config) -> list[str]:
+    """The kernel packages a model with linear-attention layers lacks on a CUDA machine ([] without such layers, without
+    CUDA, or with both installed). Without them transformers runs those layers as step-by-step torch loops."""
+    import importlib.util
+
+    import torch
+
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if "linear_attention" not in (getattr(text, "layer_types", None) or []) or not torch.cuda.is_available():
+        return []
+    return [name for name, module in LINEAR_ATTENTION_KERNELS.items() if importlib.util.find_spec(module) is None]
+
+
+def warn_missing_kernels(config, name: str) -> bool:
+    """One warning line when `missing_kernels(config)` is not empty; returns whether it warned."""
+    missing = missing_kernels(config)
+    if missing:
+        logger.warning("%s: its linear-attention layers run on transformers' slow torch fallback (%s not installed); "
+                       "install the kernels with pip install -e '.[gpu]'", name, ", ".join(missing))  # fmt: skip
+    return bool(missing)
 
 
 def resolve_model_name(name: str) -> str:

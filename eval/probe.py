@@ -285,8 +285,9 @@ def check_items(judge, datasets: list[str], limit: int | None, allow: bool, outs
 
 
 def _context_limit(backend) -> int | None:
-    config = getattr(getattr(backend, "model", None), "config", None)
-    return getattr(config, "max_position_embeddings", None)
+    """The engine's context length: the model config's for transformers, `max_model_len` for vLLM and a server."""
+    max_context = getattr(backend, "max_context", None)
+    return max_context() if callable(max_context) else None
 
 
 def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> bool:

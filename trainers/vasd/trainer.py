@@ -68,6 +68,7 @@ from fic.chat import turn_end_strings
 from fic.losses import chunked_generalized_jsd, chunked_nll
 from fic.trainers.vasd.config import VASDConfig
 from fic.trainers.vasd.rollout import Rollouts
+from fic.trainers.vllm_sync import fit_vllm_sync
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +184,7 @@ class VASDTrainer(DistillationTrainer):
             optimizers=optimizers,
             peft_config=peft_config,
         )
+        fit_vllm_sync(self)  # the student's weights into TRL's vLLM engine (names, CPU engines)
         self._end_of_turn_ids = None
         self._setup_teacher(frozen if needs_copy else None, needs_copy)
         self._loss_stats = None

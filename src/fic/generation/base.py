@@ -12,11 +12,16 @@ removed; anything generated before it is kept verbatim. ``keep_special_tokens=Fa
 Seeds. Sample ``j`` of prompt ``i`` is drawn with a random stream derived from ``(seed, i, j)`` where the backend
 allows it (see :func:`derive_seed`), so the same call with the same seed gives the same text, and different seeds give
 different samples. Greedy decoding (``temperature == 0``) ignores the seed.
+
+Greedy with ``n > 1``. Greedy samples are all the same text, and vLLM (offline engine and server) refuses the request
+("n must be 1 when using greedy sampling"). Every backend therefore decodes one continuation per prompt and repeats
+it ``n`` times (:func:`one_greedy_sample`, :func:`repeat_greedy`).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
@@ -84,11 +89,29 @@ class Backend(abc.ABC):
     ) -> list[list[str]]:
         """Return `params.n` continuations for each prompt, in prompt order (see the module docstring)."""
         prompts = check_prompts(prompts)
-        return self._generate(prompts, params, progress, keep_special_tokens) if prompts else []
+        if not prompts:
+            return []
+        return repeat_greedy(self._generate(prompts, one_greedy_sample(params), progress, keep_special_tokens), params)
+
+    def max_context(self) -> int | None:
+        """The most tokens (prompt plus continuation) the model takes, or None when the backend cannot tell."""
+        return None
 
     @abc.abstractmethod
     def _generate(self, prompts: list[str], params: SamplingParams, progress: bool, keep_special_tokens: bool):
         """`generate` on checked, non-empty `prompts`: what each backend implements."""
+
+
+def one_greedy_sample(params: SamplingParams) -> SamplingParams:
+    """The settings a backend decodes with: `n=1` when greedy (its samples are identical; vLLM refuses n > 1 there)."""
+    return dataclasses.replace(params, n=1) if params.greedy and params.n > 1 else params
+
+
+def repeat_greedy(results: list[list[str]], params: SamplingParams) -> list[list[str]]:
+    """`results` decoded with `one_greedy_sample(params)`, each prompt's text repeated to `params.n` when greedy."""
+    if params.greedy and params.n > 1:
+        return [texts * params.n for texts in results]
+    return results
 
 
 def derive_seed(seed: int, *indices: int) -> int:

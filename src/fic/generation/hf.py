@@ -23,7 +23,6 @@ sequence token that ended it, and cut before the first stop string.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
@@ -122,13 +121,14 @@ class HFBackend(Backend):
         device = getattr(self.model, "device", None)
         return torch.device(device) if device is not None else next(self.model.parameters()).device
 
+    def max_context(self) -> int | None:
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
     def _generate(self, prompts, params, progress, keep_special_tokens) -> list[list[str]]:
         token_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         empty = [i for i, ids in enumerate(token_ids) if not ids]
         if empty:
             raise ValueError(f"generate(prompts=...): prompt {empty[0]} is empty; every prompt needs >= 1 token.")
-        # Greedy samples are all the same: decode one row per prompt and copy it n times.
-        run = dataclasses.replace(params, n=1) if params.greedy else params
         was_training = self.model.training
         self.model.eval()
         results: list[list[str]] = [[] for _ in prompts]
@@ -136,9 +136,8 @@ class HFBackend(Backend):
             with torch.inference_mode(), tqdm(total=len(prompts), desc="generate", disable=not progress) as bar:
                 for indices in self._batches(token_ids):
                     chunk = [token_ids[i] for i in indices]
-                    for i, samples in zip(indices, self._generate_chunk(chunk, indices, run)):
-                        texts = [self._decode(s, params.stop, keep_special_tokens) for s in samples]
-                        results[i] = texts * params.n if params.greedy else texts
+                    for i, samples in zip(indices, self._generate_chunk(chunk, indices, params)):
+                        results[i] = [self._decode(s, params.stop, keep_special_tokens) for s in samples]
                     bar.update(len(chunk))
         finally:
             if was_training:

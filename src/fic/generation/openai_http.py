@@ -29,7 +29,15 @@ import httpx
 from tqdm.auto import tqdm
 
 from fic.errors import FicError
-from fic.generation.base import Backend, SamplingParams, check_prompts, cut_at_stop, derive_seed
+from fic.generation.base import (
+    Backend,
+    SamplingParams,
+    check_prompts,
+    cut_at_stop,
+    derive_seed,
+    one_greedy_sample,
+    repeat_greedy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +264,22 @@ class OpenAICompletionsBackend(Backend):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, endpoint={self.endpoint!r})"
 
+    def max_context(self) -> int | None:
+        """The served model's `max_model_len` from `GET {base_url}/models` (vLLM's model card carries it; other servers
+        may not: None then)."""
+        if not hasattr(self, "_max_context"):
+            self._max_context = None
+            endpoint = self.endpoint
+            headers = {"Authorization": f"Bearer {endpoint._api_key}"} if endpoint._api_key else {}
+            try:
+                cards = httpx.get(f"{endpoint.base_url}/models", headers=headers, timeout=endpoint.timeout).json()
+                card = next(c for c in cards.get("data", []) if c.get("id") == self.model)
+                length = card.get("max_model_len")
+                self._max_context = length if isinstance(length, int) and length > 0 else None
+            except (httpx.HTTPError, ValueError, AttributeError, StopIteration) as err:
+                logger.info("%s/models gives no context length for %r (%s)", endpoint.base_url, self.model, err)
+        return self._max_context
+
     def _generate(self, prompts, params, progress, keep_special_tokens) -> list[list[str]]:
         return run_sync(lambda: self.agenerate(prompts, params, progress, keep_special_tokens))
 
@@ -286,6 +310,7 @@ class OpenAICompletionsBackend(Backend):
     ) -> list[list[str]]:
         """The async form of `generate()`."""
         prompts = check_prompts(prompts)
+        asked, params = params, one_greedy_sample(params)
         results: list[list[str] | None] = [None] * len(prompts)
 
         def validate(data: dict) -> None:
@@ -344,4 +369,4 @@ class OpenAICompletionsBackend(Backend):
                             group.create_task(one(i, prompt))
                 except BaseExceptionGroup as group_error:
                     raise group_error.exceptions[0] from None
-        return results
+        return repeat_greedy(results, asked)

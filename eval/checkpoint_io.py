@@ -4,13 +4,16 @@ that keeps two evaluators (the training callback, `fic eval-checkpoints`, a `--w
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import socket
 import time
+import zipfile
 from pathlib import Path
 
 from .evaluate import METRICS_FILE
@@ -51,23 +54,80 @@ def adapter_base(checkpoint: Path) -> str | None:
     return base
 
 
+class _Fields:
+    """Stands for every class a pickled TrainingArguments names: it keeps the object's fields and runs no code."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple):  # (dict state, slots state)
+            state = state[0]
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+class _FieldsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        return type(name, (_Fields,), {})
+
+
+def training_flags(folder: Path) -> dict | None:
+    """`bf16`, `fp16` of the TrainingArguments the Trainer saved beside a checkpoint (`training_args.bin`), or None
+    when there is none. Read with an unpickler that builds no class of the file (no code from the file runs)."""
+    path = Path(folder) / "training_args.bin"
+    if not path.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            args = _FieldsUnpickler(io.BytesIO(archive.read(name))).load()
+    except (zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, AttributeError, ValueError) as err:
+        logger.warning("%s: unreadable (%s); the evaluation dtype does not follow the training", path, err)
+        return None
+    return {"bf16": bool(getattr(args, "bf16", False)), "fp16": bool(getattr(args, "fp16", False))}
+
+
+def evaluation_dtype(checkpoint: Path, dtype: str | None = None) -> tuple[str, str]:
+    """(dtype, why) to load a checkpoint in for evaluation: `dtype` when given (`--dtype`), else the dtype the run
+    trained in (`bfloat16` / `float16` when its TrainingArguments set `bf16` / `fp16`: fp32 master weights saved under
+    mixed precision are evaluated as training computed, at half the memory), else `auto` (the saved weights' dtype).
+    The TrainingArguments are read from the checkpoint folder, or the folder above it (a `full_model/` subfolder)."""
+    if dtype:
+        return dtype, "--dtype"
+    checkpoint = Path(checkpoint)
+    for folder in (checkpoint, checkpoint.parent):
+        flags = training_flags(folder)
+        if flags is None:
+            continue
+        if flags["bf16"]:
+            return "bfloat16", f"trained with bf16=true ({folder.name}/training_args.bin)"
+        if flags["fp16"]:
+            return "float16", f"trained with fp16=true ({folder.name}/training_args.bin)"
+        return "auto", f"trained without bf16/fp16 ({folder.name}/training_args.bin): the saved dtype"
+    return "auto", "no training_args.bin: the saved dtype"
+
+
 def load_checkpoint(checkpoint: str | Path, dtype: str | None = None, device: str | None = None):
-    """(model, tokenizer) of a checkpoint folder; a LoRA adapter is loaded on its base model and merged."""
+    """(model, tokenizer) of a checkpoint folder; a LoRA adapter is loaded on its base model and merged. `dtype`
+    None follows the run's training dtype (`evaluation_dtype`)."""
     # torch, peft, fic.modeling (trl), fic.generation (torch): heavy; the lock, listing and watcher need none of them
     import torch
 
     from fic.modeling import load_model, load_tokenizer
 
     checkpoint = Path(checkpoint)
+    dtype, why = evaluation_dtype(checkpoint, dtype)
+    logger.info("%s: loading in %s (%s)", checkpoint.name, dtype, why)
     base = adapter_base(checkpoint)
     has_tokenizer = (checkpoint / "tokenizer_config.json").is_file()
     tokenizer = load_tokenizer(str(checkpoint) if has_tokenizer or base is None else base)
     if base is None:
-        model = load_model(str(checkpoint), dtype=dtype or "auto")
+        model = load_model(str(checkpoint), dtype=dtype)
     else:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(load_model(base, dtype=dtype or "auto"), str(checkpoint))
+        model = PeftModel.from_pretrained(load_model(base, dtype=dtype), str(checkpoint))
         model = model.merge_and_unload()
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
@@ -98,7 +158,9 @@ def make_backend(checkpoint: Path, backend: str, batch_size: int = 8, dtype: str
     from fic.modeling import load_tokenizer
 
     path = materialize(checkpoint, dtype=dtype)
-    engine = get_backend("vllm", model=str(path))
+    dtype, why = evaluation_dtype(checkpoint, dtype)
+    logger.info("%s: serving with vLLM in %s (%s)", checkpoint.name, dtype, why)
+    engine = get_backend("vllm", model=str(path), dtype=dtype)
     cleanup = (lambda: shutil.rmtree(path, ignore_errors=True)) if path != checkpoint else None
     return engine, getattr(engine, "tokenizer", None) or load_tokenizer(str(path)), cleanup
 

@@ -44,7 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_args.add_judge_arguments(parser, default=None)
     cli_args.add_judge_overlap_argument(parser)
     parser.add_argument("--backend", choices=["transformers", "vllm"], help="generation backend (default: config)")
-    parser.add_argument("--dtype", help="model dtype: auto, bfloat16, float16, float32")
+    parser.add_argument(
+        "--dtype",
+        help="model dtype: auto, bfloat16, float16, float32 (default: the run's training "
+        "dtype, bfloat16 / float16 under bf16 / fp16, from training_args.bin; else the saved one)",
+    )
     parser.add_argument("--checkpoints", help="comma-separated steps or folder names to evaluate (default: all)")
     parser.add_argument("--force", action="store_true", help="re-evaluate checkpoints that already have metrics")
     parser.add_argument("--progress", action="store_true", help="show progress bars")

@@ -29,7 +29,8 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
              step: int | None = None, progress: bool = False) -> dict:  # fmt: skip
     """Run `config.evaluations` with `backend` into `out_dir`; write `out_dir/metrics.json` last and return it.
 
-    The returned record: {"step", "checkpoint", "metrics": {name: value}, "config", "elapsed_s", "evaluated_at"}.
+    The returned record: {"step", "checkpoint", "metrics": {name: value}, "config", "dtype" (the model's, as
+    evaluated), "elapsed_s", "evaluated_at"}.
     Each evaluation resumes from its own files, so an interrupted evaluation reruns only what is missing.
     """
     config.check_probe_datasets()
@@ -51,11 +52,23 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
         "checkpoint": Path(model_path).name if model_path else None,
         "metrics": metrics,
         "config": redact(config.to_dict()),
+        "dtype": backend_dtype(backend),
         "elapsed_s": round(time.time() - started, 3),
         "evaluated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
     }
     write_json(out_dir / METRICS_FILE, record)
     return record
+
+
+def backend_dtype(backend) -> str | None:
+    """The dtype the evaluated model computes in (`bfloat16`, ...): the transformers model's, or the vLLM engine's;
+    None where the backend does not say (a remote endpoint)."""
+    model = getattr(backend, "model", None)
+    dtype = getattr(model, "dtype", None)
+    if dtype is None:
+        engine = getattr(getattr(backend, "llm", None), "llm_engine", None)
+        dtype = getattr(getattr(engine, "model_config", None), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
 def _namespaced(name: str, metrics: dict[str, float]) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """Entry point for the multi-process tests: `accelerate launch ... tests/multiproc_entry.py OUT_JSON_DIR train.py-args`.
 
-Runs `train.main(args)` after installing test hooks that record, per rank, the world size and what the rank trained
-on each optimizer step (so the tests check the data sharding, not only that steps ran), and on request:
+Runs `train.main(args)` after installing test hooks that record, per rank, the world size, what the rank trained
+on each optimizer step (so the tests check the data sharding, not only that steps ran) and how many held-out contexts
+it sampled user turns for before and after training (`sampled_before`, `sampled_after`), and on request:
 
 * `FIC_TEST_STANDIN=1`: generation by a content-seeded stand-in (the same prompt gives the same text whichever rank
   or topology generates it), so a two-process run can be compared with a one-process run loss for loss. Real
@@ -88,6 +89,27 @@ def main() -> int:
     for module in list(sys.modules.values()):
         if getattr(module, "contexts_from_records", None) is original_contexts:
             module.contexts_from_records = contexts_from_records
+
+    # Held-out evaluations: the contexts whose user turns this rank sampled, before and after training.
+    from fic import followup_eval
+    from fic.trainers import heldout
+
+    original_sample, original_after = followup_eval.sample_user_turns, heldout.evaluate_after_training
+    phase = ["before"]
+
+    def sample_user_turns(backend, tokenizer, contexts, *args, **kwargs):
+        key = f"sampled_{phase[0]}"
+        record[key] = record.get(key, 0) + len(contexts)
+        return original_sample(backend, tokenizer, contexts, *args, **kwargs)
+
+    def evaluate_after_training(*args, **kwargs):
+        phase[0] = "after"
+        return original_after(*args, **kwargs)
+
+    followup_eval.sample_user_turns = sample_user_turns
+    for module in (heldout, collab_sft, followup_rl):
+        if hasattr(module, "evaluate_after_training"):
+            module.evaluate_after_training = evaluate_after_training
 
     # VASD: rows of each generation batch, and the stand-in for every generation call.
     original_vasd = vasd.VASDTrainer._generate_and_score_completions

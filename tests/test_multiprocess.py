@@ -248,6 +248,28 @@ def test_full_weights_are_written_for_a_checkpoint_without_them(tmp_path):
     assert full_weights(target, model, tokenizer) == target  # whole weights: used as they are
 
 
+def test_the_evaluation_after_training_is_split_across_ranks_and_equals_one_process(tmp_path, shared_data):
+    """Collab SFT's held-out evaluation after training runs on both ranks (it ran on rank 0 while rank 1 waited at a
+    barrier, bounded by ddp_timeout): each rank samples the user turns of its chunks of the 34 contexts (32 + 2), and
+    the merged rows and summary equal a one-process run's. learning_rate=0 keeps the trained weights identical in
+    both runs, so any difference would come from the evaluation."""
+    data = conversations(tmp_path / "data" / "conversations.jsonl")
+    args = ["recipe=collab_sft_tiny", f"train_datasets=[{data}]", "followup_contexts=[]", "max_steps=1",
+            "save_strategy=no", "report_to=none", "learning_rate=0.0", "eval.enabled=false",
+            f"eval.datasets=[{gsm8k(shared_data, 'test')}]", "eval.limit=34", "eval.responses=data",
+            "eval.temperatures=[0.0,1.0]", "eval.samples=2", "eval.max_new_tokens=6", "seed=0"]  # fmt: skip
+    one = launch(tmp_path / "one", 1, [*args, "per_device_train_batch_size=4"])
+    two = launch(tmp_path / "two", 2, [*args, "per_device_train_batch_size=2"])
+    assert one[0]["sampled_after"] == 2 * 34  # two temperatures
+    assert [two[r]["sampled_after"] for r in (0, 1)] == [2 * 32, 2 * 2]
+    assert [two[r]["sampled_before"] for r in (0, 1)] == [2 * 32, 2 * 2]
+    turns = {n: (tmp_path / n / "eval_turns" / "after.jsonl").read_text().splitlines() for n in ("one", "two")}
+    assert len(turns["two"]) == 34 * (1 + 2) and turns["two"] == turns["one"]
+    summary = {n: json.loads((tmp_path / n / "eval_summary.json").read_text()) for n in ("one", "two")}
+    assert summary["two"]["after"] == summary["one"]["after"]
+    assert summary["two"]["difference"] == summary["one"]["difference"]
+
+
 def test_model_answers_and_the_evaluation_before_training_are_split_across_ranks(tmp_path, shared_data):
     """`context_answers: model` and `eval.responses: model`: every item is answered once over the two ranks, not
     once per rank, and both ranks take part (the main process does not work alone while the other waits)."""

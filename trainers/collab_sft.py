@@ -36,10 +36,12 @@ from fic.trainers.common import check_recipe_data, default_callbacks, prepare, r
 from fic.trainers.heldout import (
     check_heldout_judge,
     eval_judge,
+    evaluate_after_training,
     evaluate_followups,
     heldout_contexts,
     heldout_records,
     load_training_records,
+    training_precision,
 )
 from fic.trainers.plan import MethodPlan
 
@@ -228,8 +230,8 @@ def main(recipe) -> None:
     check_recipe(recipe)
     run = prepare(recipe, CONFIG_CLASS)
     args = run.args
-    # The evaluation before training is split across the ranks (each answers and judges its share), so no rank waits
-    # for the main process at the trainer's first collective; the one after training runs on the main process.
+    # The evaluations before and after training are split across the ranks (each answers and judges its share), so no
+    # rank waits for the main process at a collective (the trainer's first one, the end of the launch).
     records = heldout_records(run.eval)
     allow_test = bool(recipe.raw.get("train_on_test"))
     rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval, allow_test)
@@ -237,7 +239,8 @@ def main(recipe) -> None:
     logger.info("training on %d conversations; %d held-out contexts", len(rows), len(heldout))
     judge = eval_judge(run.eval) if heldout else None
     overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
-    before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
+    with training_precision(args):
+        before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
     trainer = CollabSFTTrainer(
         model=run.model,
         args=args,
@@ -248,9 +251,9 @@ def main(recipe) -> None:
     )
     train_result = trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
+    after = evaluate_after_training(trainer, run, heldout, judge)  # on every rank, each its share
     if not trainer.is_world_process_zero():
         return
-    after = evaluate_followups(trainer.model, run.tokenizer, heldout, run.eval, judge, split=False) if heldout else {}
     write_summary(
         args.output_dir,
         before,

@@ -39,11 +39,13 @@ from fic.trainers.common import check_recipe_data, default_callbacks, prepare, r
 from fic.trainers.heldout import (
     check_heldout_judge,
     eval_judge,
+    evaluate_after_training,
     evaluate_followups,
     heldout_contexts,
     heldout_records,
     load_training_records,
     local_backend,
+    training_precision,
 )
 from fic.trainers.plan import MethodPlan
 from fic.trainers.rewards import REWARDS, check_penalties, get_reward
@@ -207,7 +209,7 @@ def main(recipe) -> None:
     args, tokenizer = run.args, run.tokenizer
     # Work before training is split across the ranks and shared (map_across_ranks): the held-out contexts, the
     # model's answers to the training contexts (generated once, not once per rank) and the evaluation before training,
-    # so no rank waits for another at the trainer's first collective. The evaluation after runs on the main process.
+    # so no rank waits for another at the trainer's first collective; the evaluation after training is split too.
     records = heldout_records(run.eval)
     heldout = heldout_contexts(records, run.eval, run.model, tokenizer)
     backend = local_backend(run.model, tokenizer) if args.context_answers == "model" else None
@@ -228,7 +230,8 @@ def main(recipe) -> None:
     )
     judge = eval_judge(run.eval) if heldout else None
     overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
-    before = evaluate_followups(run.model, tokenizer, heldout, run.eval, judge) if heldout else {}
+    with training_precision(args):
+        before = evaluate_followups(run.model, tokenizer, heldout, run.eval, judge) if heldout else {}
     trainer = FollowupRLTrainer(
         model=run.model,
         reward_funcs=build_rewards(args, tokenizer),
@@ -240,9 +243,9 @@ def main(recipe) -> None:
     )
     trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
+    after = evaluate_after_training(trainer, run, heldout, judge)  # on every rank, each its share
     if not trainer.is_world_process_zero():
         return
-    after = evaluate_followups(trainer.model, tokenizer, heldout, run.eval, judge, split=False) if heldout else {}
     curve = reward_curve(trainer.state.log_history)
     first, last = curve_ends(curve)
     before["mean_reward"], after["mean_reward"] = first, last

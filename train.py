@@ -8,8 +8,9 @@ exit with status 2, before any model loads; a key that has moved (`eval.lic_runs
 with one `warning:` line naming the new key. Other user errors (`fic.errors.FicError`: a model, file, row or chat
 template that cannot be used) print one line and exit with status 1.
 `python train.py recipe=NAME --help-keys` lists every key the recipe accepts; `--plan [--processes N]` prints what the
-recipe will read and do without loading a model, and exits 1 when it would train on its evaluation data
-(`fic.trainers.plan`).
+recipe will read and do without loading a model (with each evaluation's estimated minutes at `--tokens-per-second R`
+generated tokens per second per process, `fic.trainers.plan_cost`), and exits 1 when it would train on its evaluation
+data (`fic.trainers.plan`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ METHODS = {
     "followup_rl": "fic.trainers.followup_rl",
     "vasd": "fic.trainers.vasd.recipe",
 }
-USAGE = "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys] [--plan [--processes N]]"
+USAGE = (
+    "usage: [accelerate launch] train.py recipe=NAME [key=value ...] [--help-keys] "
+    "[--plan [--processes N] [--tokens-per-second R]]"
+)
 FLAGS = ("--help-keys", "--plan")
+VALUED = ("--processes", "--tokens-per-second")  # plan options that take a value
 
 
 def load(argv: list[str]):
@@ -39,7 +44,7 @@ def load(argv: list[str]):
     from fic.modeling import ModelArguments
 
     names = [a.split("=", 1)[1] for a in argv if a.startswith("recipe=")]
-    overrides = [a for a in argv if not a.startswith(("recipe=", "--processes")) and a not in FLAGS]
+    overrides = [a for a in argv if not a.startswith(("recipe=", *VALUED)) and a not in FLAGS]
     overrides += cpu_backend_overrides(overrides)  # DeepSpeed / FSDP processes without CUDA: one gloo group
     if "--plan" in argv:
         overrides += _plan_overrides(overrides)
@@ -83,16 +88,28 @@ def _plan_overrides(overrides: list[str]) -> list[str]:
 
 
 def _join_processes(argv: list[str]) -> list[str]:
-    """`--processes N` -> `--processes=N`."""
+    """`--processes N` -> `--processes=N` (and `--tokens-per-second R`)."""
     out, i = [], 0
     while i < len(argv):
-        if argv[i] == "--processes" and i + 1 < len(argv):
-            out.append(f"--processes={argv[i + 1]}")
+        if argv[i] in VALUED and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:
             out.append(argv[i])
             i += 1
     return out
+
+
+def _positive_rate(value: str) -> float:
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = 0.0
+    if rate <= 0:
+        raise ValueError(
+            f"--tokens-per-second: {value!r}; pass the generated tokens per second of one process, e.g. 250"
+        )
+    return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,10 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {line}", file=sys.stderr)
     if "--plan" in argv:
         from fic.trainers.plan import make_plan
+        from fic.trainers.plan_cost import TOKENS_PER_SECOND
 
         processes = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--processes=")), None)
         try:
-            print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1")), module))
+            rate = next((a.split("=", 1)[1] for a in argv if a.startswith("--tokens-per-second=")), None)
+            rate = TOKENS_PER_SECOND if rate is None else _positive_rate(rate)
+            print(make_plan(recipe, processes or int(os.environ.get("WORLD_SIZE", "1")), module, rate))
         except (FicError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

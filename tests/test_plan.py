@@ -155,11 +155,48 @@ def test_plan_refuses_training_on_the_evaluation_data(shared_data):
 def test_plan_of_fic_llama3b_on_train_and_test(shared_data):
     data = shared_data / "gsm8k"
     done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{data / 'train.jsonl'}",
-                f"eval.lic.data=gsm8k:{data / 'test.jsonl'}", "--processes", "8")  # fmt: skip
+                f"eval.lic.data=gsm8k:{data / 'test.jsonl'}", "save_steps=1", "--processes", "8")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert "optimizer steps: 468" in out  # 7,473 problems, 7,465 with two shards or more; 32 per step; 2 epochs
+    # 64 problems (tests/data), all with two shards or more; 32 per step; 2 epochs
+    assert "optimizer steps: 4\n" in out
     assert "examples per optimizer step: 32" in out
-    assert "saves: 9" in out and "in-training evaluations (probe, lic): 4" in out
+    assert "saves: 4 at steps [1, 2, 3, 4]" in out
+    assert "in-training evaluations (probe, lic): 2 at steps [2, 4]" in out  # every second save
     assert "longest student prompt" in out and "WARNING" not in out.split("longest student prompt")[1].split("\n")[0]
-    assert "split=train 7473 rows" in out and "split=test 100 rows" in out
+    assert "split=train 64 rows" in out and "split=test 51 rows" in out  # all rows: the recipe's limits are larger
+
+
+def test_plan_prints_each_evaluations_minutes_and_the_ones_past_ddp_timeout(shared_data):
+    """The cost model of `fic.trainers.plan_cost` on the real recipes: 200 HealthBench + 200 Coval contexts x 13 user
+    turns x 256 tokens after follow-up RL is 1,331,200 tokens; at the assumed 250 tokens/s per process that is ~12.7
+    min on 7 processes and ~44 min on 2, past the 30-minute ddp_timeout."""
+    done = plan("recipe=followup_rl_qwen2b", "--processes", "7")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "evaluation time (assumed 250 generated tokens/s per process" in done.stdout
+    assert "held-out rate after training: 1331200 tokens, ~12.7 min" in done.stdout
+    assert "held-out rate before training: 1536000 tokens, ~14.6 min" in done.stdout  # + 400 answers x 512 tokens
+    assert "ddp_timeout" not in done.stdout
+    two = plan("recipe=followup_rl_qwen2b", "--processes", "2").stdout
+    assert "held-out rate after training: 1331200 tokens, ~44.4 min" in two
+    assert ("warning: the held-out rate evaluation after training (~44 min) would pass ddp_timeout (30 min): set "
+            "ddp_timeout=5324 or lower eval.limit / eval.samples") in two  # fmt: skip
+    assert "warning" not in plan("recipe=followup_rl_qwen2b", "--processes", "2", "ddp_timeout=7200").stdout
+    slow = plan("recipe=followup_rl_qwen2b", "--processes", "7", "--tokens-per-second", "100").stdout
+    assert "~31.7 min" in slow and "would pass ddp_timeout" in slow
+    bad = plan("recipe=followup_rl_qwen2b", "--tokens-per-second", "fast")
+    assert bad.returncode == 1 and "--tokens-per-second: 'fast'" in bad.stderr
+
+
+def test_plan_minutes_of_the_in_training_probe_and_lic_of_fic_llama3b(shared_data):
+    data = shared_data / "gsm8k"
+    done = plan("recipe=fic_llama3b", f"train_data=gsm8k:{data / 'train.jsonl'}",
+                f"eval.lic.data=gsm8k:{data / 'test.jsonl'}", "save_steps=1", "--processes", "8")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    probe = next(line for line in lines if line.startswith("  probe at each of 2 checkpoints"))
+    assert probe.startswith("  probe at each of 2 checkpoints: 35200 tokens")  # 50 x 3 x 64 + 50 answers x 512
+    lic = next(line for line in lines if line.startswith("  lic at each of 2 checkpoints"))
+    tokens = int(lic.split(": ")[1].split()[0])
+    assert 51 * 3 * 512 < tokens < 51 * 14 * 512  # FULL and CONCAT one answer each, SHARDED one per shard
+    assert "held-out rate" not in done.stdout  # VASD measures nothing before and after outside its checkpoints

@@ -3,7 +3,8 @@
 Prints each dataset (role, split, rows, source), the optimizer steps, examples per optimizer step for N processes
 (default: $WORLD_SIZE or 1), epochs, warmup steps, the saves and in-training evaluations that will fire, for VASD the
 longest student prompt the data will produce (sharded conversations with replies of `rollout_max_new_tokens`) against
-`max_prompt_length`, and the evaluation cost (prompts x samples x tokens). It never downloads: a hub dataset that is
+`max_prompt_length`, the evaluation cost (prompts x samples x tokens) and each evaluation's estimated minutes, with
+one warning line for an evaluation that would pass `ddp_timeout` (`fic.trainers.plan_cost`). It never downloads: a hub dataset that is
 not cached is reported as not readable. It fails (`PlanError`, exit 1) when training reads a test split (unless the
 recipe sets `train_on_test: true`) or when training and evaluation data overlap: the same file or hub split, or the
 same items by content hash. Collab SFT and follow-up RL drop the training items that open a held-out conversation
@@ -27,6 +28,7 @@ from fic.errors import FicError
 from fic.eval_config import EvalConfig
 from fic.judges import make_judge
 from fic.judges.provenance import overlap, overlap_line
+from fic.trainers.plan_cost import TOKENS_PER_SECOND, time_lines
 
 
 class PlanError(FicError, ValueError):
@@ -253,9 +255,10 @@ def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
     ]
 
 
-def make_plan(recipe, processes: int, module) -> str:
+def make_plan(recipe, processes: int, module, tokens_per_second: float = TOKENS_PER_SECOND) -> str:
     """The plan as text for `recipe` of the method in `module` (its `PLAN`); raises `PlanError` on a test split in
-    training or train/eval overlap."""
+    training or train/eval overlap. `tokens_per_second`: the generation rate per process the evaluation time assumes
+    (`fic.trainers.plan_cost`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     plan: MethodPlan = module.PLAN
@@ -277,6 +280,7 @@ def make_plan(recipe, processes: int, module) -> str:
     fired = next((int(s.split(": ")[1].split()[0]) for s in sched if s.startswith("in-training evaluations (")), 0)
     evaluations = fired + plan.evaluations_outside_saves
     lines += eval_cost(recipe, items, evaluations) if ev.datasets or ev.block("lic").data else []
+    lines += time_lines(recipe, args, items, fired, plan.evaluations_outside_saves, processes, tokens_per_second)
     lines += judge_fit(recipe, items)
     lines += notes
     return "\n".join(lines)

@@ -314,6 +314,7 @@ def test_sequence_mode_trains_on_accepted_teacher_samples(tmp_path, model_dir, t
         ({"max_prompt_length": 0}, "max_prompt_length"),
         ({"teacher_model_name_or_path": "gpt2"}, "teacher_model_name_or_path"),
         ({"rollout_temperature": -1.0}, "rollout_temperature"),
+        ({"use_vllm": True, "vllm_max_model_length": 256, "max_prompt_length": 512}, "vllm_max_model_length"),
     ],
 )
 def test_bad_config_names_the_field(tmp_path, overrides, field):

@@ -13,6 +13,7 @@ and skips this module. What runs here:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -107,13 +108,20 @@ def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, 
     assert set(summaries[0]) == set(summaries[1])
     assert set(summaries[0]["genuine_rate"]["gsm8k"]) == set(summaries[1]["genuine_rate"]["gsm8k"])
 
-    # Resume: the rows of the last chunk's jobs gone (a run killed before writing them) come back as they were.
+    # Resume: with the later jobs' rows gone (a run killed before writing them), the rerun keeps every written row and
+    # writes each missing one once. (Its T=1 texts need not be the first run's: vLLM's seeded sampling is not
+    # reproducible across engine starts here, where the prefix cache and batch shapes differ; greedy rows are.)
     samples = tmp_path / "vllm" / "samples.jsonl"
     whole = samples.read_text().splitlines(keepends=True)
-    samples.write_text("".join(whole[: len(whole) // 2]))
+    kept = whole[: len(whole) // 2]
+    samples.write_text("".join(kept))
     (tmp_path / "vllm" / "summary.json").unlink()
     fic(*common, "--backend", "vllm", "--max-model-len", "1024", "--out", tmp_path / "vllm")
-    assert sorted(samples.read_text().splitlines(keepends=True)) == sorted(whole)
+    resumed = samples.read_text().splitlines(keepends=True)
+    assert sorted(map(key, map(json.loads, resumed))) == sorted(map(key, vl))
+    assert set(kept) <= set(resumed)
+    first = {key(r): r["user_turn"] for r in vl if r["temperature"] == 0.0}
+    assert {key(r): r["user_turn"] for r in map(json.loads, resumed) if r["temperature"] == 0.0} == first
 
 
 def test_served_model_as_judge_reward_and_completions_endpoint(server, smollm2, shared_data, tmp_path):
@@ -144,7 +152,7 @@ def test_served_model_as_judge_reward_and_completions_endpoint(server, smollm2, 
     judge = make_judge("llm", base_url=server, model="smollm2")
     reward = get_reward("followup", judge=judge)
     prompts = ["<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n2 + 2 = 4.<|im_end|>\n"] * 2
-    values = reward(prompts, ["Why is it 4?", "What is 2 + 2?"], context=[context, context])
+    values = asyncio.run(reward(prompts, ["Why is it 4?", "What is 2 + 2?"], context=[context, context]))
     assert len(values) == 2 and all(v is None or -1.0 <= v <= 1.0 for v in values)
 
     gsm8k = shared_data / "gsm8k" / "test.jsonl"

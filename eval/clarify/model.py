@@ -19,7 +19,8 @@ class ChatModel:
     Wrap a generation backend and a tokenizer.
 
     Args:
-        model: a local path, hub id or `tiny:FAMILY` (loaded by the backend), used for the tokenizer too.
+        model: a local path, hub id or `tiny:FAMILY` (loaded by the backend), used for the tokenizer too; with the
+            `openai` backend, the name the server serves (the tokenizer is loaded from that name resolved locally).
         backend: `fic.generation` backend name (`transformers`, `vllm`, `openai`).
         max_new_tokens: default cap per reply.
         **backend_kwargs: passed to `fic.generation.get_backend`.
@@ -35,7 +36,8 @@ class ChatModel:
         if backend == "transformers":  # a clear ModelLoadError for a wrong path, before the weights are read
             tokenizer = backend_kwargs.pop("tokenizer", None) or load_tokenizer(self.name)
             backend_kwargs["tokenizer"] = tokenizer
-        self.backend = get_backend(backend, model=self.name, **backend_kwargs)
+        # A server is asked for the model by the name it serves (`--model smollm2`), never by a local folder.
+        self.backend = get_backend(backend, model=str(model) if backend == "openai" else self.name, **backend_kwargs)
         self.tokenizer = tokenizer or getattr(self.backend, "tokenizer", None) or load_tokenizer(self.name)
         self.stop = turn_end_strings(self.tokenizer, role="assistant")
         self.max_new_tokens = max_new_tokens

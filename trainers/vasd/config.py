@@ -165,4 +165,10 @@ class VASDConfig(DistillationConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name}: expected a positive number of tokens or None, got {value!r}")
+        longest = (self.max_prompt_length or 0) + (self.max_completion_length or 0)
+        if self.use_vllm and self.vllm_max_model_length is not None and self.vllm_max_model_length < longest:
+            raise ValueError(
+                f"vllm_max_model_length: {self.vllm_max_model_length} cannot hold the longest student view and its "
+                f"response (max_prompt_length + max_completion_length = {longest}); raise it to at least {longest}"
+            )
         super().__post_init__()

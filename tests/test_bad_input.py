@@ -240,6 +240,18 @@ def test_recipe_bad_input_prints_one_line(recipe, kind, train, capsys, tmp_path)
     assert expected in line, line
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [(["penalties.new_task_prompt=0.5"], "penalties.new_task_prompt=0.5 pays a failure"),
+     (["penalties.degenerate_short=-0.5"], "would earn more than a generic follow-up"),
+     (["reward_form=sparse"], "expected one of absolute | dense | group_relative"),
+     (["reward_hacking_window=0"], "reward_hacking_window=0")],
+)  # fmt: skip
+def test_followup_rl_reward_settings_print_one_line(extra, expected, train, capsys, tmp_path):
+    assert train.main(["recipe=followup_rl_tiny", f"output_dir={tmp_path}", *extra]) in (1, 2)
+    assert expected in one_error_line(capsys.readouterr().err)
+
+
 def test_train_py_without_or_with_unknown_recipe(train, capsys):
     assert train.main([]) == 2
     assert "recipe=NAME" in one_error_line(capsys.readouterr().err)

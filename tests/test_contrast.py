@@ -97,12 +97,14 @@ def test_reward_pays_nothing_for_a_generic_turn_and_logs_the_floor():
     from fic.trainers import rewards
 
     logged = {}
-    reward = rewards.get_reward("followup", judge=ContrastiveJudge(WordJudge()), penalties={"degenerate_short": -0.5})
+    penalties = dict.fromkeys(rewards.FAILURE_LABELS, -0.5)  # every failure alike, the generic turn included
+    reward = rewards.get_reward("followup", judge=ContrastiveJudge(WordJudge()), penalties=penalties)
     values = reward(
         prompts=["p0", "p1", "p2"], completions=[c.user_turn for c in BATCH], context=[c.messages for c in BATCH],
         log_metric=lambda k, v: logged.__setitem__(k, v),
     )  # fmt: skip
-    assert values == [1.0, -0.5, 0.0]
+    assert values == [1.0, -0.5, -0.5]
+    assert logged[metric_names.followup_label_share("degenerate_short")] == pytest.approx(1 / 3)
     assert logged[metric_names.REWARD_GENERIC_FLOOR] == pytest.approx(1 / 3)
     assert logged[metric_names.FOLLOWUP_GENUINE_RATE] == pytest.approx(1 / 3)
 
@@ -124,8 +126,52 @@ def test_group_ranks_rank_within_each_group_only():
 def test_group_relative_reward_uses_the_judge_confidence_sign():
     from fic.trainers import rewards
 
-    reward = rewards.get_reward("followup", judge=WordJudge(), group_relative=True)
+    reward = rewards.get_reward("followup", judge=WordJudge(), form="group_relative")
     values = reward(prompts=["p", "p", "p"], completions=[c.user_turn for c in BATCH],
                     context=[c.messages for c in BATCH])  # fmt: skip
     # genuine scores 0.9, 0.9, 0.2 (a failure at confidence 0.8): the failure ranks last, the two genuine tie
     assert values == [0.75, 0.75, 0.0]
+
+
+class NoConfidenceJudge(WordJudge):
+    """WordJudge whose verdicts carry no confidence, as LLM replies that omit it."""
+
+    def judge(self, cases):
+        return [Verdict(v.label, confidence=None, judge=v.judge) for v in super().judge(cases)]
+
+
+def test_a_foil_without_confidence_leaves_the_own_confidence():
+    class FoilSilent(WordJudge):  # sure of its own-context verdicts, silent after the foil answer
+        def judge(self, cases):
+            out = super().judge(cases)
+            return out if len(self.calls) == 1 else [Verdict(v.label, confidence=None) for v in out]
+
+    verdicts = ContrastiveJudge(FoilSilent()).judge(BATCH)
+    assert verdicts[0].genuine and verdicts[0].confidence == 0.9  # was min(0.9, None or 0.0) = 0.0
+
+
+def test_group_relative_never_ranks_a_genuine_turn_below_a_failure():
+    from fic.trainers import rewards
+
+    turns, contexts = [c.user_turn for c in BATCH], [c.messages for c in BATCH]
+    for judge in (ContrastiveJudge(NoConfidenceJudge()), ContrastiveJudge(WordJudge()), NoConfidenceJudge()):
+        values = rewards.get_reward("followup", judge=judge, form="group_relative")(
+            prompts=["p"] * 3, completions=turns, context=contexts
+        )
+        verdicts = judge.judge(BATCH)
+        best_failure = max(v for v, d in zip(values, verdicts) if not d.genuine)
+        assert all(v > best_failure for v, d in zip(values, verdicts) if d.genuine), (judge.name, values)
+    # (genuine, confidence): a failure the judge is unsure of still ranks below a genuine turn it is unsure of
+    keys = [rewards.rank_key(Verdict("genuine_followup", confidence=c)) for c in (None, 0.0, 0.51)]
+    keys += [rewards.rank_key(Verdict("new_task_prompt", confidence=c)) for c in (None, 0.0, 1.0)]
+    assert rewards.group_ranks(keys, [0] * 6)[:3] == [0.8, 0.6, 1.0] and min(keys[:3]) > max(keys[3:])
+    assert rewards.rank_key(Verdict.error("x")) is None
+
+
+def test_foil_every_turn_scores_every_turn_and_keeps_the_labels():
+    inner = WordJudge()
+    plain = [v.label for v in ContrastiveJudge(WordJudge()).judge(BATCH)]
+    verdicts = ContrastiveJudge(inner, foil_every_turn=True).judge(BATCH)
+    assert [v.label for v in verdicts] == plain and inner.calls == [3, 3]
+    scores = [(v.extra["contrast"]["own_score"], v.extra["contrast"]["foil_score"]) for v in verdicts]
+    assert scores == [(0.9, pytest.approx(0.2)), (0.9, 0.9), (pytest.approx(0.2), pytest.approx(0.2))]

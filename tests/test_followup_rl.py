@@ -12,7 +12,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
 from fic.chat import role_prefix
-from fic.judges import Verdict
+from fic.judges import LABELS, Verdict
 from fic.testing import tiny_model
 from fic.trainers import rewards
 from fic.trainers.followup_rl import (
@@ -52,6 +52,15 @@ class LabelJudge:
         return [self._one(c) for c in cases]
 
 
+class SpreadJudge(LabelJudge):
+    """LabelJudge whose labels spread over four by the turn's length, so a step's rewards mix every value."""
+
+    def _one(self, case):
+        verdict = super()._one(case)
+        spread = ("genuine_followup", "malformed_artifact", "new_task_prompt", "degenerate_short")
+        return verdict if verdict.is_error else Verdict(spread[len(case.user_turn) % 4])
+
+
 class AsyncLabelJudge(LabelJudge):
     async def ajudge(self, cases):
         await asyncio.sleep(0)
@@ -63,12 +72,17 @@ TURNS = ["Why 36?", "malformed_artifact", "degenerate_short", "ERR", "new_task_p
 
 def test_followup_reward_scores_labels_penalties_and_errors():
     metrics = {}
-    reward = rewards.get_reward("followup", judge=LabelJudge(), penalties={"malformed_artifact": -1.0,
-                                                                         "degenerate_short": -0.5})  # fmt: skip
+    reward = rewards.get_reward("followup", judge=LabelJudge(), penalties={"malformed_artifact": -1.0})
     out = reward(prompts=["p"] * 5, completions=TURNS, context=[CONTEXT] * 5,
                  log_metric=lambda k, v: metrics.__setitem__(k, v))  # fmt: skip
-    assert out == [1.0, -1.0, -0.5, None, 0.0]
-    assert metrics == {"followup/judge_error_rate": 0.2, "followup/genuine_rate": 0.25}
+    assert out == [1.0, -1.0, 0.0, None, 0.0]
+    shares = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("followup/label_share/")}
+    assert {k: v for k, v in metrics.items() if k not in [f"followup/label_share/{s}" for s in shares]} == {
+        "followup/judge_error_rate": 0.2,
+        "followup/genuine_rate": 0.25,
+    }
+    assert set(shares) == set(LABELS) and sum(shares.values()) == pytest.approx(1.0)
+    assert shares["genuine_followup"] == shares["malformed_artifact"] == shares["new_task_prompt"] == 0.25
 
 
 def test_async_judge_gives_an_async_reward_with_the_same_values():
@@ -141,6 +155,26 @@ def test_config_checks_and_vllm_settings_pass_through():
     assert args.penalties["new_task_prompt"] == -0.75 and args.reward_judge_model == "Qwen/Qwen3-8B"
     with pytest.raises(ValueError, match="unknown key 'reward'"):
         train.load(["recipe=followup_rl_tiny", "reward=followup"])
+    with pytest.raises(ValueError, match=r"reward_form: invalid value 'sparse' \(expected one of absolute \| dense"):
+        train.load(["recipe=followup_rl_tiny", "reward_form=sparse"])[0].get(module.CONFIG_CLASS)
+    with pytest.raises(ValueError, match="reward_form: unknown form 'sparse'; valid: absolute, dense, group_relative"):
+        FollowupRLConfig(output_dir="/tmp/x", reward_form="sparse", bf16=False)
+    with pytest.raises(ValueError, match="penalties.new_task_prompt=0.5 pays a failure"):
+        train.load(["recipe=followup_rl_tiny", "penalties.new_task_prompt=0.5"])[0].get(module.CONFIG_CLASS)
+    with pytest.raises(ValueError, match="reward_form=dense does not use them"):
+        FollowupRLConfig(output_dir="/tmp/x", reward_form="dense", penalties={"meta_planning": -1.0}, bf16=False)
+    with pytest.raises(ValueError, match="reward_hacking_window=1"):
+        FollowupRLConfig(output_dir="/tmp/x", reward_hacking_window=1, bf16=False)
+
+
+@pytest.mark.parametrize("recipe", ["followup_rl_tiny", "followup_rl_qwen2b", "reproduce_followup_rl"])
+def test_recipes_pay_every_failure_alike(recipe):
+    import train
+
+    loaded, module = train.load([f"recipe={recipe}", "bf16=false", "use_vllm=false"])  # the GPU recipe, on CPU
+    args = loaded.get(module.CONFIG_CLASS)
+    assert args.reward_form == "absolute" and not args.reward_allow_ranked_failures
+    assert len({args.penalties.get(label, 0.0) for label in rewards.FAILURE_LABELS}) == 1
 
 
 def test_reward_curve_and_its_ends():
@@ -159,8 +193,10 @@ def test_grpo_writes_user_turns_and_scores_them(tmp_path, family):
     model = AutoModelForCausalLM.from_pretrained(path)
     contexts = [{"messages": CONTEXT}, {"messages": [{"role": "user", "content": "Name a color."},
                                                      {"role": "assistant", "content": "Blue."}]}]  # fmt: skip
-    judge = LabelJudge(error_every=2)  # every other turn is a judge error: reward None, not 0
-    reward = rewards.get_reward("followup", judge=judge, tokenizer=tok, end_ids=user_turn_end_ids(tok))
+    judge = SpreadJudge(error_every=2)  # every other turn is a judge error: reward None, not 0
+    penalties = {**dict.fromkeys(rewards.FAILURE_LABELS, -0.5), "malformed_artifact": -1.0}
+    reward = rewards.get_reward("followup", judge=judge, tokenizer=tok, end_ids=user_turn_end_ids(tok),
+                                penalties=penalties)  # fmt: skip
     args = FollowupRLConfig(
         output_dir=str(tmp_path),
         report_to="none",
@@ -188,6 +224,12 @@ def test_grpo_writes_user_turns_and_scores_them(tmp_path, family):
     logged = [e for e in trainer.state.log_history if "reward" in e]
     assert len(logged) == 2 and all("rewards/followup_reward/mean" in e for e in logged)
     assert all(e["followup/judge_error_rate"] == 0.5 and e["reward"] == e["reward"] for e in logged)  # no NaN
+    # The logged mean reward is the one the judge's logged labels imply under the penalty table.
+    table = {label: 1.0 if label == "genuine_followup" else penalties.get(label, 0.0) for label in LABELS}
+    for e in logged:
+        implied = sum(e[f"followup/label_share/{label}"] * value for label, value in table.items())
+        assert e["rewards/followup_reward/mean"] == pytest.approx(implied, abs=1e-6)
+        assert e["followup/genuine_rate"] == e["followup/label_share/genuine_followup"]
 
 
 @pytest.mark.slow
@@ -207,5 +249,13 @@ def test_recipe_runs_end_to_end_and_records_the_reward_curve(tmp_path, shared_da
         assert summary[side]["genuine_rate"]["n"] == 6
         assert -1.0 <= summary[side]["mean_reward"] <= 1.0
     assert summary["before"]["mean_reward"] == summary["reward_curve"][0]["reward"]
+    # The recipe's table pays every failure 0.0 and the heuristic judge never errs: the reward is the genuine share.
+    for point in summary["reward_curve"]:
+        assert point["reward"] == pytest.approx(point["followup/label_share/genuine_followup"], abs=1e-4)
+        assert point["followup/genuine_rate"] == point["followup/label_share/genuine_followup"]
+        assert "reward/generic_floor" in point  # the recipe's judge is contrastive
+    hacking = summary["reward_hacking"]
+    assert hacking["window"] == 10 and [w["steps"] for w in hacking["windows"]] == [[1, 4]]
+    assert (hacking["flagged"] == 1) == (hacking["warning"] is not None) and summary["reward_form"] == "absolute"
     # training contexts from GSM8K train (the recipe), held-out ones from GSM8K test: nothing overlaps
     assert summary["train_contexts"] == 12 and summary["dropped_heldout_overlap"] == 0

@@ -57,7 +57,8 @@ def test_vasd_on_smollm2(tmp_path, shared_data):
 
 
 def test_collab_sft_on_smollm2(tmp_path, shared_data):
-    log = train(tmp_path / "sft", "recipe=collab_sft_tiny", "dataset_limit=6", "followup_contexts=[]",
+    # dataset_limit=15: all of tests/data's HealthBench rows, 3 of them multi-turn conversations to train on
+    log = train(tmp_path / "sft", "recipe=collab_sft_tiny", "dataset_limit=15", "followup_contexts=[]",
                 "max_length=512", "learning_rate=1e-5", "warmup_steps=0")  # fmt: skip
     losses = _losses(log)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses), log[-3000:]

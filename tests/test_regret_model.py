@@ -140,3 +140,16 @@ def test_chat_model_reuses_a_repeated_call(tiny, monkeypatch):
     assert len(calls) == 2
     fresh = ChatModel(tiny).chat(conv, n=3, temperature=1.0, seed=7, max_new_tokens=6)
     assert fresh == first
+
+
+def test_chat_model_asks_a_server_for_the_served_name(tiny):
+    """With --base-url the request names the model as the server serves it (`tiny:chatml`, `smollm2`), not the local
+    folder that name resolves to for the tokenizer (a vLLM server answers 404 to a path)."""
+    from mock_openai_server import MockOpenAIServer
+
+    from fic.eval.clarify.model import ChatModel
+
+    with MockOpenAIServer(completion_reply="Which size?") as server:
+        model = ChatModel("tiny:chatml", backend="openai", base_url=server.url)
+        assert model.chat([[{"role": "user", "content": "A shirt"}]], n=1, max_new_tokens=4) == [["Which size?"]]
+        assert {r["body"]["model"] for r in server.requests} == {"tiny:chatml"}

@@ -6,16 +6,21 @@ string prompt with the tokenizer's special tokens (a second BOS on Llama-style t
 writes one); `FollowupRLTrainer` overrides only that step. The completion is the user turn, stopped by the
 template's end of user turn (added to the end tokens of both generation paths, transformers and vLLM).
 
-Rewards come from one registry (`fic.trainers.rewards.REWARDS`); `followup` asks the judge for a label: a genuine
-follow-up earns 1.0, each failure mode its configured penalty (0.0 unless set), a judge error `None` (TRL gives
-that completion no advantage and keeps it out of the group baseline). The judge sees the turn decoded with special
-tokens kept, so leaked template tokens count as `malformed_artifact`. The heuristic judge runs offline; the LLM
-judge runs over HTTP and its reward is async, so TRL awaits the requests concurrently. Every vLLM setting
-(`use_vllm`, `vllm_mode: colocate|server`, `vllm_server_*`) is GRPOConfig's own and passes through unchanged.
+Rewards come from one registry (`fic.trainers.rewards.REWARDS`); `followup` asks the judge for a label and, in its
+`absolute` form (`reward_form`), pays a genuine follow-up 1.0 and every failure mode the same (0.0 unless the
+recipe's `penalties` say otherwise; a table under which some failure outranks a generic follow-up is refused unless
+`reward_allow_ranked_failures`); `dense` pays the judge's probability of genuine, `group_relative` the turn's rank in
+its group. A judge error earns `None` (TRL gives that completion no advantage and keeps it out of the group
+baseline). The judge sees the turn decoded with special tokens kept, so leaked template tokens count as
+`malformed_artifact`. The heuristic judge runs offline; the LLM judge runs over HTTP and its reward is async, so TRL
+awaits the requests concurrently. Every vLLM setting (`use_vllm`, `vllm_mode: colocate|server`, `vllm_server_*`) is
+GRPOConfig's own and passes through unchanged.
 
 `main(recipe)` also measures the genuine follow-up rate on the held-out contexts (`eval:` block) before and after
 training with the `eval.judge`, and records the reward curve in `OUTPUT_DIR/eval_summary.json` (`mean_reward`
-before = the first quarter of the logged steps, after = the last quarter).
+before = the first quarter of the logged steps, after = the last quarter) with the reward-hacking check of every
+window of `reward_hacking_window` logged steps (`reward_hacking`: reward rising while the judge-genuine share falls,
+also warned once while training; `fic.trainers.reward_hacking`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from fic.chat import turn_end_strings
 from fic.data.followups import contexts_from_records, drop_overlap
 from fic.distributed import map_across_ranks
 from fic.followup_eval import probe_prompts
-from fic.judges import JUDGE_KINDS, JudgeKind, make_judge
+from fic.judges import JUDGE_KINDS, LABELS, ContrastiveJudge, JudgeKind, make_judge
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
 from fic.trainers.heldout import (
@@ -48,7 +53,9 @@ from fic.trainers.heldout import (
     training_precision,
 )
 from fic.trainers.plan import MethodPlan
-from fic.trainers.rewards import REWARDS, check_penalties, get_reward
+from fic.trainers.reward_hacking import RewardHackingCallback, hacking_windows, reward_hacking_summary
+from fic.trainers.rewards import REWARD_FORMS, REWARDS, RewardForm, check_penalties, check_reward_form, get_reward
+from fic.trainers.vllm_sync import fit_vllm_sync
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +76,14 @@ class FollowupRLConfig(GRPOConfig):
         rewards (`list[str]`, defaults to `["followup"]`):
             Reward names from `fic.trainers.rewards.REWARDS`; weight them with `reward_weights`.
         penalties (`dict[str, float]`, defaults to `{}`):
-            Reward of each failure mode, e.g. `{"malformed_artifact": -1.0}`; unlisted ones earn 0.0.
+            Reward of each failure mode under `reward_form=absolute`, e.g. `{"malformed_artifact": -1.0}`; unlisted
+            ones earn 0.0, so by default every failure earns the same. Refused: a value above 0 (it pays a failure;
+            a penalty is negative), and a table under which a failure mode earns more than a generic follow-up
+            (`degenerate_short`, the contrast's label), unless `reward_allow_ranked_failures`.
+        reward_allow_ranked_failures (`bool`, defaults to `False`):
+            Accept a `penalties` table that ranks some failure mode above a generic follow-up (`degenerate_short`).
+            Off by default: such a table pays the policy for failing differently (e.g. writing a new task instead
+            of a generic question), with no gain in genuine follow-ups.
         reward_judge (`str`, defaults to `"heuristic"`):
             Judge behind the `followup` reward: `heuristic` (offline), `llm` or `cascade` (HTTP).
         reward_judge_base_url (`str` or `None`):
@@ -80,9 +94,15 @@ class FollowupRLConfig(GRPOConfig):
             Contrastive reward (`fic.judges.contrast`): a turn the judge would also call genuine after another
             item's answer earns no reward, so the policy cannot gain by generic turns ("Why is it 1?"). The share
             it removes is logged as `reward/generic_floor`. `False` rewards the judge's plain verdict.
-        reward_group_relative (`bool`, defaults to `False`):
-            Reward each turn by its rank within its GRPO group (the share of the group's other turns the judge finds
-            less genuine, by its confidence) instead of 1.0 / penalty.
+        reward_form (`str`, defaults to `"absolute"`):
+            Form of the `followup` reward: `absolute` (1.0 for genuine, `penalties[label]` for a failure),
+            `dense` (the judge's probability of genuine: the classifier's P(genuine) for `learned`/`strict`, the
+            confidence for an LLM judge; with the contrast, minus the same after the foil answer, so in [-1, 1]; for
+            a judge that finds few genuine turns) or `group_relative` (the turn's rank in its GRPO group by
+            (genuine, confidence): a genuine turn never ranks below a failure).
+        reward_hacking_window (`int`, defaults to `10`):
+            Logged steps per window of the reward-hacking check: a window where the reward rises while the
+            judge-genuine share falls is warned once (log and wandb alert) and recorded in `eval_summary.json`.
     """
 
     contexts: list[str] = field(default_factory=list, metadata={"help": "Datasets whose items become contexts."})
@@ -100,7 +120,13 @@ class FollowupRLConfig(GRPOConfig):
     reward_judge_contrast: bool = field(
         default=True, metadata={"help": "Reward only turns not also genuine after another item's answer."}
     )
-    reward_group_relative: bool = field(default=False, metadata={"help": "Reward the rank within the GRPO group."})
+    reward_allow_ranked_failures: bool = field(
+        default=False, metadata={"help": "Accept penalties that rank a failure mode above a generic follow-up."}
+    )
+    reward_form: RewardForm = field(default="absolute", metadata={"help": f"Reward form: {', '.join(REWARD_FORMS)}."})
+    reward_hacking_window: int = field(
+        default=10, metadata={"help": "Logged steps per window of the reward-hacking check."}
+    )
 
     def __post_init__(self):
         unknown = [r for r in self.rewards if r not in REWARDS]
@@ -108,7 +134,13 @@ class FollowupRLConfig(GRPOConfig):
             raise ValueError(
                 f"rewards: unknown reward(s) {unknown or self.rewards}; valid rewards are {', '.join(REWARDS)}"
             )
-        self.penalties = check_penalties(self.penalties)
+        self.penalties = check_penalties(self.penalties, self.reward_allow_ranked_failures)
+        check_reward_form(self.reward_form)
+        if self.penalties and self.reward_form != "absolute":
+            raise ValueError(
+                f"penalties: set, but reward_form={self.reward_form} does not use them (only absolute does); drop them"
+            )
+        hacking_windows([], self.reward_hacking_window)
         if self.context_answers not in ("data", "model"):
             raise ValueError(f"context_answers: unknown value {self.context_answers!r}; valid: data, model")
         if self.reward_judge not in JUDGE_KINDS:
@@ -149,6 +181,7 @@ class FollowupRLTrainer(GRPOTrainer):
         vllm = getattr(self, "vllm_generation", None)
         if vllm is not None and "stop_token_ids" not in vllm.generation_kwargs:
             vllm.generation_kwargs["stop_token_ids"] = self.eos_token_ids
+        fit_vllm_sync(self)
 
     def _tokenize_prompts(self, prompts: list):
         if prompts and isinstance(prompts[0], str):
@@ -164,16 +197,18 @@ def prompt_rows(tokenizer, contexts: list[dict]) -> list[dict]:
 
 
 def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
-    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model,
-                       contrast=args.reward_judge_contrast)  # fmt: skip
+    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model)
+    if args.reward_judge_contrast:  # the dense form subtracts every turn's score after the foil answer
+        judge = ContrastiveJudge(judge, foil_every_turn=args.reward_form == "dense")
     settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer),
-                    group_relative=args.reward_group_relative)  # fmt: skip
+                    form=args.reward_form, allow_ranked_failures=args.reward_allow_ranked_failures)  # fmt: skip
     return [get_reward(name, **settings) for name in args.rewards]
 
 
 def reward_curve(log_history: list[dict]) -> list[dict]:
     """`[{"step", "reward", ...}]` from the trainer's logs (one point per logging step)."""
-    keys = ("reward", "reward_std", metric_names.FOLLOWUP_GENUINE_RATE, "completions/mean_length",
+    keys = ("reward", "reward_std", metric_names.FOLLOWUP_GENUINE_RATE, metric_names.REWARD_GENERIC_FLOOR,
+            *map(metric_names.followup_label_share, LABELS), "completions/mean_length",
             "completions/clipped_ratio")  # fmt: skip
     return [
         {"step": entry["step"], **{k: round(entry[k], 4) for k in keys if k in entry}}
@@ -239,7 +274,7 @@ def main(recipe) -> None:
         train_dataset=Dataset.from_list(prompt_rows(tokenizer, contexts)),
         processing_class=tokenizer,
         peft_config=run.peft_config,
-        callbacks=default_callbacks(run),
+        callbacks=[*default_callbacks(run), RewardHackingCallback(args.reward_hacking_window)],
     )
     trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
@@ -252,6 +287,7 @@ def main(recipe) -> None:
     write_summary(
         args.output_dir, before, after, judge_overlap=overlap,
         method="followup_rl", reward_curve=curve, rewards=args.rewards, penalties=args.penalties,
+        reward_form=args.reward_form, reward_hacking=reward_hacking_summary(curve, args.reward_hacking_window),
         reward_judge=args.reward_judge, train_contexts=len(contexts), dropped_heldout_overlap=dropped,
         heldout={"contexts": len(heldout), "datasets": run.eval.datasets, "answers": run.eval.responses,
                  "judge": getattr(judge, "name", None)},

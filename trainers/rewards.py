@@ -8,34 +8,86 @@ baseline and gives that completion no advantage. Settings (the judge, penalties,
 awaits judge requests concurrently on its event loop instead of blocking a training step per request.
 
 The follow-up RL trainer binds a contrastive judge by default (`fic.judges.contrast`: a turn that would also be
-genuine after another item's answer earns no reward), and `followup_reward` logs `reward/generic_floor`, the share of
-the step's turns the wrapped judge called genuine after both answers (what a non-contrastive reward would have paid
-for). `group_relative=True` replaces the absolute reward by each turn's rank in its GRPO group (`group_ranks`).
+genuine after another item's answer is relabelled `degenerate_short`, a failure). `followup_reward` has three forms
+(`form`, one of `REWARD_FORMS`):
+
+- `absolute`: 1.0 for a genuine follow-up, `penalties[label]` for a failure mode (0.0 unless set). Every failure
+  earns the same by default; `check_penalties` refuses a table that pays a failure (> 0) or ranks a failure mode
+  above a generic follow-up (the contrast's `degenerate_short`), which a policy could climb by failing differently,
+  unless `allow_ranked_failures` says that ranking is meant.
+- `dense`: the judge's probability of genuine (`fic.judges.contrast.genuine_probability`), minus the same after the
+  foil answer when the judge is contrastive (`dense_score`): a signal for a judge that finds few genuine turns.
+- `group_relative`: each turn's rank in its GRPO group (`group_ranks`) by (genuine, confidence) (`rank_key`), so a
+  genuine turn never ranks below a failure.
+
+Every call logs the share of each label (`followup/label_share/<label>`, over the judged turns), the judge-genuine
+share (`followup/genuine_rate`), the judge-error rate and, for a contrastive judge, `reward/generic_floor`: the share
+of the step's turns the wrapped judge called genuine after both answers (what a non-contrastive reward would have
+paid for). TRL logs the reward's mean and std itself (`rewards/followup_reward/mean`, `.../std`, `reward`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import math
+from typing import Literal, get_args
 
 from fic import metric_names
 from fic.followup_eval import turn_cases
-from fic.judges import FAILURE_LABELS, GENUINE_FOLLOWUP, Case, ContrastiveJudge
+from fic.judges import FAILURE_LABELS, GENUINE_FOLLOWUP, LABELS, Case, ContrastiveJudge
+from fic.judges.contrast import genuine_probability
+from fic.judges.labels import DEGENERATE_SHORT
 from fic.metrics import genuine_rate
 
+GENUINE_REWARD = 1.0
+RewardForm = Literal["absolute", "dense", "group_relative"]
+REWARD_FORMS: tuple[str, ...] = get_args(RewardForm)
 
-def check_penalties(penalties: dict | None) -> dict[str, float]:
-    """`penalties` as `{failure label: reward}`; raises `ValueError` naming an unknown label or a non-number."""
+
+def check_reward_form(form: str) -> str:
+    """`form` if it is one of `REWARD_FORMS`; `ValueError` listing them otherwise."""
+    if form not in REWARD_FORMS:
+        raise ValueError(f"reward_form: unknown form {form!r}; valid: {', '.join(REWARD_FORMS)}")
+    return form
+
+
+def check_penalties(penalties: dict | None, allow_ranked_failures: bool = False) -> dict[str, float]:
+    """`penalties` as `{failure label: reward}`; raises `ValueError` (one line) naming what is wrong.
+
+    Refused: an unknown label, a non-number, a failure reward above 0 (it pays a failure: a penalty is a negative
+    number), and, unless `allow_ranked_failures`, a table under which some failure mode earns more than a generic
+    follow-up (`degenerate_short`, the label the contrast gives a turn that fits any answer): unlisted modes earn 0.0.
+    """
     penalties = dict(penalties or {})
     for label, value in penalties.items():
         if label not in FAILURE_LABELS:
             raise ValueError(
                 f"penalties: unknown failure mode {label!r}; valid: {', '.join(FAILURE_LABELS)} "
-                "(genuine_followup always earns 1.0)"
+                f"(genuine_followup always earns {GENUINE_REWARD})"
             )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"penalties.{label}: expected a number, got {value!r}")
-    return {label: float(value) for label, value in penalties.items()}
+        if value >= GENUINE_REWARD:
+            raise ValueError(
+                f"penalties.{label}={value}: a failure would earn as much as a genuine follow-up ({GENUINE_REWARD}) "
+                "or more; penalties are rewards, write a penalty as a negative number"
+            )
+        if value > 0:
+            raise ValueError(
+                f"penalties.{label}={value} pays a failure (> 0): penalties are rewards, write a penalty as a negative "
+                f"number ({label}: {-value})"
+            )
+    table = {label: float(value) for label, value in penalties.items()}
+    generic = table.get(DEGENERATE_SHORT, 0.0)
+    above = [f"{label} ({table.get(label, 0.0)})" for label in FAILURE_LABELS if table.get(label, 0.0) > generic]
+    if above and not allow_ranked_failures:
+        raise ValueError(
+            f"penalties: {', '.join(above)} would earn more than a generic follow-up ({DEGENERATE_SHORT}, the "
+            f"contrast's label: {generic}), so the policy could gain by failing differently; give every failure mode "
+            "the same reward (unlisted ones earn 0.0) or set reward_allow_ranked_failures=true"
+        )
+    return table
 
 
 def user_turns(completions: list[str], completion_ids=None, tokenizer=None, end_ids=()) -> list[str]:
@@ -56,18 +108,37 @@ def user_turns(completions: list[str], completion_ids=None, tokenizer=None, end_
     return texts
 
 
-def genuine_score(verdict) -> float | None:
-    """How genuine the judge finds a turn, in [0, 1]: its confidence when genuine, one minus it when not (0.5 when
-    the judge gave none); None for a judge error."""
+def rank_key(verdict) -> tuple[int, float] | None:
+    """A verdict's place in a group-relative ranking: `(genuine, sureness)`, so every genuine turn ranks above every
+    failure; within each, the judge's confidence orders them (a genuine turn the surer, a failure the less sure, the
+    higher), 0.5 where the judge gave none (LLM replies often omit it). None for a judge error."""
     if verdict.is_error:
         return None
     confidence = 0.5 if verdict.confidence is None else verdict.confidence
-    return confidence if verdict.genuine else 1.0 - confidence
+    return (1, confidence) if verdict.genuine else (0, 1.0 - confidence)
 
 
-def group_ranks(scores: list[float | None], groups: list) -> list[float | None]:
+def dense_score(verdict, contrast: bool) -> float | None:
+    """The dense reward of one verdict, in [-1, 1]: the judge's probability that the turn is genuine
+    (`genuine_probability`), minus that after the foil answer when `contrast` (the verdict's `extra["contrast"]`, from
+    `ContrastiveJudge(..., foil_every_turn=True)`). None for a judge error or a failed foil judgement."""
+    if verdict.is_error:
+        return None
+    if not contrast:
+        return genuine_probability(verdict)
+    info = (verdict.extra or {}).get("contrast")
+    if info is None:
+        raise ValueError("dense reward: a contrastive verdict without foil scores; use ContrastiveJudge(judge, "
+                         "foil_every_turn=True)")  # fmt: skip
+    if info.get("own_score") is None or info.get("foil_score") is None:
+        return None
+    return info["own_score"] - info["foil_score"]
+
+
+def group_ranks(scores: list, groups: list) -> list[float | None]:
     """Each score's rank within its group as a share in [0, 1]: the fraction of the group's other scored members it
-    beats (ties count half); None stays None, and a member alone in its group gets 0.5. A pure function."""
+    beats (ties count half); None stays None, and a member alone in its group gets 0.5. Scores are anything ordered
+    (numbers, `rank_key` tuples). A pure function."""
     members: dict = {}
     for i, (score, group) in enumerate(zip(scores, groups)):
         if score is not None:
@@ -86,20 +157,31 @@ def _generic(verdict) -> bool:
     return (verdict.extra or {}).get("contrast", {}).get("foil_label") == GENUINE_FOLLOWUP
 
 
+def absolute_reward(verdict, penalties: dict[str, float]) -> float | None:
+    """1.0 for a genuine verdict, `penalties[label]` (0.0 unless set) for a failure, None for a judge error."""
+    return None if verdict.is_error else GENUINE_REWARD if verdict.genuine else penalties.get(verdict.label, 0.0)
+
+
 def _scores(verdicts, judge, prompts, penalties: dict[str, float], log_metric=None,
-            group_relative: bool = False) -> list[float | None]:  # fmt: skip
+            form: str = "absolute") -> list[float | None]:  # fmt: skip
     """The rewards of one batch of verdicts (and its logged metrics); `reward/generic_floor` only for a contrastive
     judge, whose verdicts say what the foil answer gave."""
-    rewards = [None if v.is_error else 1.0 if v.genuine else penalties.get(v.label, 0.0) for v in verdicts]
-    if group_relative:
-        rewards = group_ranks([genuine_score(v) for v in verdicts], _groups(prompts) or [0] * len(verdicts))
+    if form == "group_relative":
+        rewards = group_ranks([rank_key(v) for v in verdicts], _groups(prompts) or [0] * len(verdicts))
+    elif form == "dense":
+        rewards = [dense_score(v, isinstance(judge, ContrastiveJudge)) for v in verdicts]
+    else:
+        rewards = [absolute_reward(v, penalties) for v in verdicts]
     if log_metric is not None and verdicts:
         cell = genuine_rate(None if v.is_error else v.genuine for v in verdicts)
         log_metric(metric_names.FOLLOWUP_JUDGE_ERROR_RATE, cell["judge_errors"] / len(verdicts))
         if cell["n"]:
             log_metric(metric_names.FOLLOWUP_GENUINE_RATE, cell["rate"])
-        if cell["n"] and isinstance(judge, ContrastiveJudge):
             scored = [v for v in verdicts if not v.is_error]
+            for label in LABELS:
+                share = sum(v.label == label for v in scored) / len(scored)
+                log_metric(metric_names.followup_label_share(label), share)
+        if cell["n"] and isinstance(judge, ContrastiveJudge):
             log_metric(metric_names.REWARD_GENERIC_FLOOR, sum(map(_generic, scored)) / len(scored))
     return rewards
 
@@ -117,25 +199,35 @@ def _cases(completions, context, completion_ids, tokenizer, end_ids) -> list[Cas
     return turn_cases(context, user_turns(completions, completion_ids, tokenizer, end_ids))
 
 
-def followup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
-                    tokenizer=None, end_ids=(), log_metric=None, group_relative=False,
-                    **kwargs) -> list[float | None]:  # fmt: skip
-    """1.0 for a genuine follow-up, `penalties[label]` (default 0.0) for a failure mode, None on a judge error; with
-    `group_relative`, the turn's rank in its group by the judge's genuine score (`group_ranks`)."""
+def _check_bound(judge, form: str, where: str) -> None:
     if judge is None:
-        raise ValueError("followup_reward: no judge bound; build it with get_reward('followup', judge=...)")
+        raise ValueError(f"{where}: no judge bound; build it with get_reward('followup', judge=...)")
+    check_reward_form(form)
+    if form == "dense" and isinstance(judge, ContrastiveJudge) and not judge.foil_every_turn:
+        raise ValueError(f"{where}: form='dense' subtracts every turn's foil score; bind "
+                         "ContrastiveJudge(judge, foil_every_turn=True)")  # fmt: skip
+
+
+def followup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
+                    tokenizer=None, end_ids=(), log_metric=None, form="absolute", allow_ranked_failures=False,
+                    **kwargs) -> list[float | None]:  # fmt: skip
+    """The follow-up reward of each completion in the reward form `form` (see the module docstring), None on a judge
+    error: `absolute` 1.0 / `penalties[label]`, `dense` the judge's genuine probability (own minus foil context),
+    `group_relative` the rank in the turn's GRPO group."""
+    _check_bound(judge, form, "followup_reward")
+    penalties = check_penalties(penalties, allow_ranked_failures)
     verdicts = judge.judge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(verdicts, judge, prompts, check_penalties(penalties), log_metric, group_relative)
+    return _scores(verdicts, judge, prompts, penalties, log_metric, form)
 
 
 async def afollowup_reward(prompts, completions, context=None, judge=None, penalties=None, completion_ids=None,
-                           tokenizer=None, end_ids=(), log_metric=None, group_relative=False,
+                           tokenizer=None, end_ids=(), log_metric=None, form="absolute", allow_ranked_failures=False,
                            **kwargs) -> list[float | None]:  # fmt: skip
     """`followup_reward` for an async judge (`await judge.ajudge(cases)`)."""
-    if judge is None:
-        raise ValueError("afollowup_reward: no judge bound; build it with get_reward('followup', judge=...)")
+    _check_bound(judge, form, "afollowup_reward")
+    penalties = check_penalties(penalties, allow_ranked_failures)
     verdicts = await judge.ajudge(_cases(completions, context, completion_ids, tokenizer, end_ids))
-    return _scores(verdicts, judge, prompts, check_penalties(penalties), log_metric, group_relative)
+    return _scores(verdicts, judge, prompts, penalties, log_metric, form)
 
 
 def ends_turn_reward(prompts, completions, completion_ids=None, end_ids=(), **kwargs) -> list[float]:

@@ -23,6 +23,11 @@ FOLLOWUP_JUDGE_ERROR_RATE = "followup/judge_error_rate"
 REWARD_GENERIC_FLOOR = "reward/generic_floor"
 
 
+def followup_label_share(label: str) -> str:
+    """`followup/label_share/<label>`: follow-up RL, the share of a step's judged completions given that label."""
+    return f"followup/label_share/{label}"
+
+
 def temperature_key(temperature: float) -> str:
     """`t0.0`, `t0.3`, `t1.0`: a sampling temperature as it appears in metric names and summary keys."""
     return f"t{float(temperature)!r}"

@@ -11,7 +11,9 @@ true answer (so a verdict never depends on the order of the batch there). A turn
 `degenerate_short` ("too generic to carry a follow-up"), with the foil's verdict in `extra["contrast"]`.
 
 The second call only covers the turns called genuine the first time (a failure stays a failure), so the contrast
-costs one extra judgement per genuine turn, not per turn.
+costs one extra judgement per genuine turn, not per turn; `foil_every_turn=True` (the dense follow-up RL reward)
+judges every turn after its foil too, for the scores only (labels are decided as above). Every foiled verdict keeps
+both sides' `genuine_probability` in `extra["contrast"]` (`own_score`, `foil_score`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ FOIL_ANSWERS: tuple[str, ...] = (
     "Sourdough rises because wild yeast and lactic acid bacteria in the starter ferment the flour's sugars, "
     "producing carbon dioxide and the bread's sour taste.",
 )
+
+
+def genuine_probability(verdict: Verdict) -> float | None:
+    """The judge's probability that the turn is genuine, in [0, 1]; None for a judge error.
+
+    The classifier's P(genuine) (`extra["p_genuine"]`, `learned` and `strict` where the surface rules left the case
+    open); otherwise the confidence of a genuine verdict, or one minus that of a failure; without a confidence (LLM
+    replies often omit it) the verdict itself, 1.0 or 0.0.
+    """
+    if verdict.is_error:
+        return None
+    p = (verdict.extra or {}).get("p_genuine")
+    if p is not None:
+        return float(p)
+    if verdict.confidence is None:
+        return 1.0 if verdict.genuine else 0.0
+    return verdict.confidence if verdict.genuine else 1.0 - verdict.confidence
 
 
 def _answer(case: Case) -> str:
@@ -64,10 +83,13 @@ class ContrastiveJudge:
 
     Args:
         judge: the wrapped judge (any `Judge`: `heuristic`, `learned`, `llm`, `cascade`).
+        foil_every_turn: judge every turn after its foil, not only those genuine after their own answer, so every
+            verdict carries `own_score` and `foil_score` (what the dense reward subtracts); labels are unchanged.
     """
 
-    def __init__(self, judge):
+    def __init__(self, judge, foil_every_turn: bool = False):
         self.inner = judge
+        self.foil_every_turn = foil_every_turn
         self.name = f"{getattr(judge, 'name', type(judge).__name__)}+contrast"
         if hasattr(judge, "ajudge"):  # async only where the wrapped judge is (callers pick the async path by it)
             self.ajudge = self._ajudge
@@ -84,26 +106,30 @@ class ContrastiveJudge:
 
     def judge(self, cases: list[Case]) -> list[Verdict]:
         verdicts = list(self.inner.judge(cases))
-        foils, genuine = self._foil_cases(cases, verdicts)
-        return self._combine(verdicts, genuine, self.inner.judge(foils) if foils else [])
+        foils, foiled = self._foil_cases(cases, verdicts)
+        return self._combine(verdicts, foiled, self.inner.judge(foils) if foils else [])
 
     async def _ajudge(self, cases: list[Case]) -> list[Verdict]:
         """`judge()` for async callers (`ajudge`, present when the wrapped judge has one): awaits its `ajudge`."""
         verdicts = list(await self.inner.ajudge(cases))
-        foils, genuine = self._foil_cases(cases, verdicts)
-        return self._combine(verdicts, genuine, await self.inner.ajudge(foils) if foils else [])
+        foils, foiled = self._foil_cases(cases, verdicts)
+        return self._combine(verdicts, foiled, await self.inner.ajudge(foils) if foils else [])
 
-    @staticmethod
-    def _foil_cases(cases: list[Case], verdicts: list[Verdict]) -> tuple[list[Case], list[int]]:
-        genuine = [i for i, v in enumerate(verdicts) if v.genuine]
+    def _foil_cases(self, cases: list[Case], verdicts: list[Verdict]) -> tuple[list[Case], list[int]]:
+        """The foil cases to judge and the indices they stand for: the genuine turns, or every judged one."""
+        foiled = [i for i, v in enumerate(verdicts) if v.genuine or (self.foil_every_turn and not v.is_error)]
         contexts = foil_contexts(cases)
-        return [Case(messages=contexts[i], user_turn=cases[i].user_turn) for i in genuine], genuine
+        return [Case(messages=contexts[i], user_turn=cases[i].user_turn) for i in foiled], foiled
 
-    def _combine(self, verdicts: list[Verdict], genuine: list[int], foiled: list[Verdict]) -> list[Verdict]:
-        for i, foil in zip(genuine, foiled):
+    def _combine(self, verdicts: list[Verdict], foiled: list[int], foil_verdicts: list[Verdict]) -> list[Verdict]:
+        for i, foil in zip(foiled, foil_verdicts):
             own = verdicts[i]
-            contrast = {"foil_label": foil.label, "foil_confidence": foil.confidence}
-            if foil.is_error:
+            contrast = {"foil_label": foil.label, "foil_confidence": foil.confidence,
+                        "own_score": genuine_probability(own), "foil_score": genuine_probability(foil)}  # fmt: skip
+            if not own.genuine:  # judged for the dense reward's scores only: a failure stays a failure
+                verdicts[i] = Verdict(label=own.label, confidence=own.confidence, rationale=own.rationale,
+                                      judge=self.name, extra={**own.extra, "contrast": contrast})  # fmt: skip
+            elif foil.is_error:
                 verdicts[i] = Verdict.error(f"contrast: the foil judgement failed ({foil.rationale})", judge=self.name)
             elif foil.genuine:
                 verdicts[i] = Verdict(
@@ -112,7 +138,10 @@ class ContrastiveJudge:
                     extra={**own.extra, "contrast": contrast, "own": {"label": own.label, "confidence": own.confidence}},
                 )  # fmt: skip
             else:
-                confidence = None if own.confidence is None else min(own.confidence, foil.confidence or 0.0)
+                # Sure of a specific turn as far as both verdicts are; a side without a confidence leaves the other's
+                # (an LLM reply without one is not a confidence of 0, which would rank the turn below any failure).
+                sides = [c for c in (own.confidence, foil.confidence) if c is not None]
+                confidence = min(sides) if sides else None
                 verdicts[i] = Verdict(label=own.label, confidence=confidence, rationale=own.rationale,
                                       judge=self.name, extra={**own.extra, "contrast": contrast})  # fmt: skip
         return verdicts

@@ -13,6 +13,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from fic.checkpoint_state import INTERRUPTED, checkpoint_problem
+from fic.distributed import launch_state, on_main
 from fic.errors import ModelLoadError
 from fic.eval_config import EvalConfig
 from fic.tracking import redact
@@ -29,12 +30,17 @@ class UnreadableCheckpoint(Exception):
 
 
 def evaluate_checkpoint(checkpoint: Path, config: EvalConfig, open_backend, run_dir: str | Path, *,
-                        step: int | None, progress: bool = False) -> dict | None:  # fmt: skip
+                        step: int | None, progress: bool = False, split: bool = False) -> dict | None:  # fmt: skip
     """The one per-checkpoint step: take the checkpoint's lock, open a backend (`open_backend() -> (backend,
     tokenizer, cleanup)`), run `evaluate`, then append the run's history and rewrite its comparison. Returns the
-    record, or None when another process holds the lock; a backend that cannot load raises `UnreadableCheckpoint`."""
+    record, or None when another process holds the lock; a backend that cannot load raises `UnreadableCheckpoint`.
+
+    `split`: every process of a launch (the training callback's ranks) calls this with its own backend and evaluates
+    its share; the main process takes the lock (every rank learns whether it did) and writes the run's files, and
+    every process returns the same record."""
+    main = not split or launch_state().is_main_process
     lock = CheckpointLock(checkpoint)
-    if not lock.acquire():
+    if not on_main(lambda: lock.acquire(), split):
         return None
     cleanup = None
     try:
@@ -43,14 +49,16 @@ def evaluate_checkpoint(checkpoint: Path, config: EvalConfig, open_backend, run_
         except (ModelLoadError, SafetensorError, OSError) as err:  # damaged files: the caller skips it
             raise UnreadableCheckpoint(str(err).splitlines()[0]) from err
         record = evaluate(backend, tokenizer, config, checkpoint / EVAL_DIR, model_path=checkpoint, step=step,
-                          progress=progress)  # fmt: skip
+                          progress=progress, split=split)  # fmt: skip
         del backend
     finally:
-        lock.release()
+        if main:
+            lock.release()
         if cleanup:
             cleanup()
-    record_history(run_dir, record)
-    write_comparison(run_dir, redact(config.to_dict()))
+    if main:
+        record_history(run_dir, record)
+        write_comparison(run_dir, redact(config.to_dict()))
     return record
 
 

@@ -10,11 +10,13 @@ the registry `fic.evaluations`.
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import logging
 import time
 from pathlib import Path
 
+from fic.distributed import launch_state, on_main
 from fic.eval_config import EvalConfig
 from fic.evaluations import get_evaluation
 from fic.jsonl import write_json
@@ -26,8 +28,12 @@ METRICS_FILE = "metrics.json"
 
 
 def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, model_path: str | Path | None = None,
-             step: int | None = None, progress: bool = False) -> dict:  # fmt: skip
+             step: int | None = None, progress: bool = False, split: bool = False) -> dict:  # fmt: skip
     """Run `config.evaluations` with `backend` into `out_dir`; write `out_dir/metrics.json` last and return it.
+
+    `split`: every process of a launch calls this with its own backend and runs its share of each evaluation whose
+    `evaluate` takes `split` (probe, LiC); one that does not (regret) runs on the main process while the others wait
+    for its metrics. The main process writes the files; every process returns the same record.
 
     The returned record: {"step", "checkpoint", "metrics": {name: value}, "config", "dtype" (the model's, as
     evaluated), "elapsed_s", "evaluated_at"}.
@@ -44,8 +50,15 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
     for name in config.evaluations:
         t0 = time.time()
         module = get_evaluation(name).load()  # fic.evaluations: one registry row per evaluation
-        metrics.update(_namespaced(name, module.evaluate(backend, tokenizer, config, out_dir / name, model_path,
-                                                         progress)))  # fmt: skip
+
+        def run(module=module, name=name, **kw):
+            return module.evaluate(backend, tokenizer, config, out_dir / name, model_path, progress, **kw)
+
+        if split and "split" in inspect.signature(module.evaluate).parameters:
+            found = run(split=True)
+        else:
+            found = on_main(run, split)
+        metrics.update(_namespaced(name, found))
         logger.info("%s evaluation of %s took %.1f s", name, model_path or "the model", time.time() - t0)
     record = {
         "step": step,
@@ -56,7 +69,8 @@ def evaluate(backend, tokenizer, config: EvalConfig, out_dir: str | Path, *, mod
         "elapsed_s": round(time.time() - started, 3),
         "evaluated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
     }
-    write_json(out_dir / METRICS_FILE, record)
+    if not split or launch_state().is_main_process:
+        write_json(out_dir / METRICS_FILE, record)
     return record
 
 
@@ -65,6 +79,12 @@ def backend_dtype(backend) -> str | None:
     None where the backend does not say (a remote endpoint)."""
     model = getattr(backend, "model", None)
     dtype = getattr(model, "dtype", None)
+    if dtype is not None and getattr(getattr(model, "device", None), "type", None) == "cuda":
+        import torch
+
+        if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") != dtype:
+            name = str(torch.get_autocast_dtype("cuda")).removeprefix("torch.")
+            return f"{name} (autocast over {str(dtype).removeprefix('torch.')} weights)"
     if dtype is None:
         engine = getattr(getattr(backend, "llm", None), "llm_engine", None)
         dtype = getattr(getattr(engine, "model_config", None), "dtype", None)

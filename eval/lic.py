@@ -356,13 +356,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
-    """LiC as a registered evaluation (`fic.evaluations`): `run_lic` under the `eval:` block, flat metrics."""
+def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False,
+             split: bool = False) -> dict[str, float]:  # fmt: skip
+    """LiC as a registered evaluation (`fic.evaluations`): `run_lic` under the `eval:` block, flat metrics. `split`:
+    every process of the launch calls this and runs its share of the chunks (`run_lic(split=True)`)."""
     lic = config.block("lic")
     tasks = load_tasks(lic.data, lic.limit, config.seed, f"eval.lic.data={lic.data!r}")
     summary = run_lic(
         backend, tokenizer, tasks, out_dir, modes=lic.modes, runs=lic.runs, temperature=lic.temperature,
-        max_new_tokens=lic.max_new_tokens, seed=config.seed, progress=progress,
+        max_new_tokens=lic.max_new_tokens, seed=config.seed, progress=progress, split=split,
     )  # fmt: skip
     report_dir("lic", out_dir)
     metrics = {}

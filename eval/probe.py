@@ -368,8 +368,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False) -> dict[str, float]:
-    """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics."""
+def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progress: bool = False,
+             split: bool = False) -> dict[str, float]:  # fmt: skip
+    """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics.
+    `split`: every process of the launch calls this and runs its share (`run_probe(split=True)`)."""
     judge = make_judge(
         config.judge, base_url=config.judge_base_url, model=config.judge_model, contrast=config.judge_contrast
     )
@@ -377,7 +379,7 @@ def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progres
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,
         response_tokens=config.response_tokens, responses=config.responses, seed=config.seed, progress=progress,
-        allow_judge_overlap=config.allow_judge_overlap,
+        allow_judge_overlap=config.allow_judge_overlap, split=split,
     )  # fmt: skip
     metrics = flat_metrics(summary, perturbations=tuple(config.perturbations))
     for pert, cells in (summary.get("percent_changed") or {}).items():

@@ -10,6 +10,8 @@ it sampled user turns for before and after training (`sampled_before`, `sampled_
   `fic_llama3b` run) check that it finishes, not equality.
 * `FIC_TEST_SIGTERM=RANK:STEP`: that rank sends itself SIGTERM at the end of that optimizer step (a scheduler that
   signals the processes of a job one by one).
+* `FIC_TEST_SIGKILL=RANK:STEP`: that rank SIGKILLs itself at the end of that optimizer step (before the step's
+  checkpoint is saved): a real kill at a step fixed by the test, not by how fast the run went.
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def main() -> int:
         _skip_deepspeed_shm_op()
     record: dict = {"steps": {}}
     standin = os.environ.get("FIC_TEST_STANDIN") == "1"
-    sigterm = os.environ.get("FIC_TEST_SIGTERM")
+    signals = [
+        (signal.SIGTERM, os.environ.get("FIC_TEST_SIGTERM")),
+        (signal.SIGKILL, os.environ.get("FIC_TEST_SIGKILL")),
+    ]
 
     def seen(trainer, keys: list[str]) -> None:
         step = str(trainer.state.global_step + 1)
@@ -110,6 +115,18 @@ def main() -> int:
     for module in (heldout, collab_sft, followup_rl):
         if hasattr(module, "evaluate_after_training"):
             module.evaluate_after_training = evaluate_after_training
+
+    # Split evaluations: the jobs (chunks) this rank ran, per output file (`samples.jsonl`, `episodes.jsonl`, ...).
+    from fic.distributed import RankedRows
+
+    original_job = RankedRows._job
+
+    def ranked_job(self, job, keys, make):
+        jobs = record.setdefault("jobs", {})
+        jobs[self.path.name] = jobs.get(self.path.name, 0) + 1
+        return original_job(self, job, keys, make)
+
+    RankedRows._job = ranked_job
 
     # VASD: rows of each generation batch, and the stand-in for every generation call.
     original_vasd = vasd.VASDTrainer._generate_and_score_completions
@@ -189,16 +206,18 @@ def main() -> int:
     from transformers import TrainerCallback
 
     class Recorder(TrainerCallback):
-        """The logged metrics (the same on every rank) and, on request, a SIGTERM to one rank at one step end."""
+        """The logged metrics (the same on every rank) and, on request, a SIGTERM or SIGKILL to one rank at one step
+        end."""
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             record.setdefault("logs", []).append({"step": state.global_step, **(logs or {})})
 
         def on_step_end(self, args, state, control, **kwargs):
-            if sigterm:
-                rank, step = (int(x) for x in sigterm.split(":"))
-                if state.global_step == step and PartialState().process_index == rank:
-                    os.kill(os.getpid(), signal.SIGTERM)
+            for signum, at in signals:
+                if at:
+                    rank, step = (int(x) for x in at.split(":"))
+                    if state.global_step == step and PartialState().process_index == rank:
+                        os.kill(os.getpid(), signum)
 
     from fic.trainers import common
 

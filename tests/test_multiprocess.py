@@ -270,6 +270,33 @@ def test_the_evaluation_after_training_is_split_across_ranks_and_equals_one_proc
     assert summary["two"]["difference"] == summary["one"]["difference"]
 
 
+def test_the_checkpoint_evaluation_in_training_is_split_across_ranks(tmp_path, shared_data):
+    """The in-training evaluation (EvalCallback, probe + LiC) runs on both ranks, each its chunks (it ran on rank 0
+    while rank 1 waited at a barrier, bounded by ddp_timeout); the checkpoint is evaluated once (one history line) and
+    its probe rows equal a one-process run's (learning_rate=0: the same weights)."""
+    data = conversations(tmp_path / "data" / "conversations.jsonl")
+    args = ["recipe=collab_sft_tiny", f"train_datasets=[{data}]", "followup_contexts=[]", "max_steps=1",
+            "save_strategy=steps", "save_steps=1", "report_to=none", "learning_rate=0.0", "eval.enabled=true",
+            "eval.every_n_saves=1", "eval.evaluations=[probe,lic]", f"eval.datasets=[{gsm8k(shared_data, 'test')}]",
+            "eval.limit=4", "eval.responses=data", "eval.temperatures=[0.0,1.0]", "eval.samples=2",
+            "eval.max_new_tokens=4", "eval.lic.data=synthetic", "eval.lic.limit=4", "eval.lic.max_new_tokens=4",
+            "eval.lic.modes=[full,sharded]", "seed=0"]  # fmt: skip
+    one = launch(tmp_path / "one", 1, [*args, "per_device_train_batch_size=4"], timeout=400)
+    two = launch(tmp_path / "two", 2, [*args, "per_device_train_batch_size=2"], timeout=400)
+    for name in ("samples.jsonl", "episodes.jsonl"):
+        assert all(two[r].get("jobs", {}).get(name, 0) > 0 for r in (0, 1)), (
+            name,
+            two[0].get("jobs"),
+            two[1].get("jobs"),
+        )
+        assert two[0]["jobs"][name] + two[1]["jobs"][name] == one[0]["jobs"][name]
+    rows = {
+        n: (tmp_path / n / "checkpoint-1" / "eval" / "probe" / "samples.jsonl").read_text() for n in ("one", "two")
+    }
+    assert rows["two"] and rows["two"] == rows["one"]
+    assert len((tmp_path / "two" / "eval" / "history.jsonl").read_text().splitlines()) == 1
+
+
 def test_model_answers_and_the_evaluation_before_training_are_split_across_ranks(tmp_path, shared_data):
     """`context_answers: model` and `eval.responses: model`: every item is answered once over the two ranks, not
     once per rank, and both ranks take part (the main process does not work alone while the other waits)."""

@@ -1,22 +1,27 @@
 """Trainer callbacks every fic method adds: the recipe in the wandb config, and an evaluation of each checkpoint.
 
-`EvalCallback` runs on every save (or every n-th, `eval.every_n_saves`). On the main process it evaluates the model
-just saved, as configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval_config`),
-writes the evaluation files into `checkpoint-N/eval/`, appends the metrics to `OUTPUT_DIR/eval/history.jsonl`,
-rewrites the run's comparison table, plots and `OUTPUT_DIR/eval/report.html`, and logs the metrics
+`EvalCallback` runs on every save (or every n-th, `eval.every_n_saves`). It evaluates the model just saved, as
+configured by the recipe's `eval:` block (user-turn probe, LiC, regret; see `fic.eval_config`), split over every
+process of the training: each rank generates and judges its share of the probe's and LiC's chunks
+(`fic.distributed.RankedRows`), so no rank waits alone at a barrier while another evaluates (bounded by
+`ddp_timeout`, 30 minutes by default; `train.py --plan` estimates each evaluation's minutes). The main process writes
+the evaluation files into `checkpoint-N/eval/`, appends the metrics to `OUTPUT_DIR/eval/history.jsonl`, rewrites the
+run's comparison table, plots and `OUTPUT_DIR/eval/report.html`, and logs the metrics
 (`probe/<dataset>/genuine_rate@t<T>`, `lic/p_sharded`, ...; named by `fic.metric_names`) and a table of generated
-user turns to wandb at the checkpoint's step. The other processes wait at a barrier meanwhile, so under multi-process training the evaluation
-runs once; a long evaluation must fit in the process group's timeout (`ddp_timeout`, 30 minutes by default).
+user turns to wandb at the checkpoint's step. Regret, which does not split, runs on the main process.
 
 What is evaluated is the model being trained, with its LoRA adapters active (`load_from: memory`), except where
-its parameters are sharded across processes (FSDP, DeepSpeed ZeRO-3): there the main process reloads the
-checkpoint it just wrote (`load_from: disk`; with ZeRO-3 save 16-bit weights, `stage3_gather_16bit_weights_on_model_save`).
+its parameters are sharded across processes (FSDP, DeepSpeed ZeRO-3): there every rank reloads the checkpoint just
+written (`load_from: disk`, in the training dtype; with ZeRO-3 save 16-bit weights,
+`stage3_gather_16bit_weights_on_model_save`). The model in memory generates under the training's bf16/fp16 autocast
+on CUDA.
 The training callback generates with transformers; vLLM evaluation runs outside training, in `fic eval-checkpoints`.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 
 from accelerate import PartialState
@@ -33,6 +38,7 @@ from fic.generation import get_backend
 from fic.jsonl import load_done, write_json
 from fic.recipe import RecipeError
 from fic.tracking import redact, update_wandb_config, wandb_run
+from fic.trainers.heldout import training_precision
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +180,9 @@ class EvalCallback(TrainerCallback):
         if self._load_from() == "disk" and fsdp_enabled() and model is not None:
             # every rank: gathering a full state dict out of FSDP shards is a collective
             weights = full_weights(checkpoint, model, self.tokenizer or _tokenizer_of(processing_class))
-        try:
-            if state.is_world_process_zero:
+        precision = training_precision(args) if self._load_from() == "memory" else nullcontext()
+        try:  # every rank: each evaluates its share
+            with precision:
                 self.evaluate(checkpoint, state.global_step, model, processing_class, args.output_dir, weights)
         finally:
             wait_for_everyone()
@@ -186,7 +193,8 @@ class EvalCallback(TrainerCallback):
 
     def evaluate(self, checkpoint: Path, step: int, model, processing_class, output_dir, weights=None) -> dict:
         """`fic.eval.checkpoints.evaluate_checkpoint` (the step `fic eval-checkpoints` takes) on the model in memory or
-        on the checkpoint read back from disk; then the record goes to wandb."""
+        on the checkpoint read back from disk, split over the launch's processes (every rank calls this); then the
+        main process sends the record to wandb."""
         load_from = self._load_from()
         if load_from == "memory" and model is None:
             raise ValueError("EvalCallback: the Trainer passed no model to on_save; set eval.load_from=disk")
@@ -201,8 +209,12 @@ class EvalCallback(TrainerCallback):
                                   batch_size=self.config.batch_size)  # fmt: skip
             return backend, tokenizer, None
 
-        logger.info("evaluating %s (%s, %s)", checkpoint.name, ", ".join(self.config.evaluations), load_from)
-        record = evaluate_checkpoint(checkpoint, self.config, open_backend, output_dir, step=step)
+        main = PartialState().is_main_process
+        if main:
+            logger.info("evaluating %s (%s, %s)", checkpoint.name, ", ".join(self.config.evaluations), load_from)
+        record = evaluate_checkpoint(checkpoint, self.config, open_backend, output_dir, step=step, split=True)
+        if not main:
+            return record or {}
         if record is None:  # `fic eval-checkpoints` on another node got there first
             logger.warning("%s is being evaluated by %s; the callback skips it", checkpoint.name,
                            CheckpointLock(checkpoint).owner())  # fmt: skip

@@ -73,7 +73,7 @@ class EvalConfig:
             Evaluate every n-th save (1: every checkpoint).
         load_from (`str`, defaults to `"auto"`):
             What the callback evaluates: `memory` (the model being trained, adapters active), `disk` (the checkpoint
-            just written, reloaded on the main process), or `auto` (`disk` under FSDP / DeepSpeed ZeRO-3, whose
+            just written, reloaded by every rank), or `auto` (`disk` under FSDP / DeepSpeed ZeRO-3, whose
             parameters are sharded across processes, `memory` otherwise).
         batch_size (`int`, defaults to `8`):
             Prompts per generation batch.

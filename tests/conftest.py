@@ -13,15 +13,34 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("FIC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# The data the tests read: a few verbatim rows of each real data set, laid out like ../shared/data (where they come
+# from and their licenses: tests/data/SOURCE.md). Every reader that looks for the shared data folder (the recipes'
+# ${oc.env:FIC_SHARED_DATA}, `fic regret`'s default data, reproduce/) finds these rows too, so the suite runs the same
+# on a clone without ../shared/data; the full folder is for demos and `make reproduce`.
+SHARED_DATA = ROOT / "tests" / "data"
+os.environ["FIC_SHARED_DATA"] = str(SHARED_DATA)
+MISSING_DATA = "test data missing"  # the reason of a skip for missing data: a failure under CI
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The read-only real data sets; tests that need them skip when the folder is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder {SHARED_DATA} is absent (set FIC_SHARED_DATA to point at it)")
+    """The data folder of the tests (tests/data; `FIC_SHARED_DATA` points at it)."""
+    if not (SHARED_DATA / "SOURCE.md").is_file():
+        pytest.skip(f"{MISSING_DATA}: {SHARED_DATA / 'SOURCE.md'} is absent (git checkout tests/data)")
     return SHARED_DATA
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI (env CI=true) a test skipped for missing data fails: CI runs the whole suite or says why not."""
+    report = (yield).get_result()
+    if report.skipped and _ci() and call.excinfo is not None and MISSING_DATA in str(call.excinfo.value):
+        report.outcome = "failed"
+        report.longrepr = f"skipped for missing data, a failure under CI={os.environ['CI']}: {call.excinfo.value}"
 
 
 @pytest.fixture(scope="session", params=["chatml", "llama3", "norole"])

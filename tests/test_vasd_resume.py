@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(out: Path, shared_data: Path, *extra: str) -> None:
-    command = [sys.executable, "train.py", "recipe=fic_llama3b", "model_name_or_path=tiny:llama3",
+    command = [sys.executable, "train.py", "recipe=fic_llama3b", "model_name_or_path=tiny:llama3", "use_vllm=false",
                f"train_data=gsm8k:{shared_data / 'gsm8k' / 'train.jsonl'}", "train_limit=16", "max_steps=4",
                "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "bf16=false", "dtype=float32",
                "report_to=none", "eval.enabled=false", "logging_steps=1", "save_strategy=steps", "save_steps=2",

@@ -185,3 +185,14 @@ def test_colocated_vllm_rollouts_and_weight_sync(method, tmp_path):
     assert result["unmatched_names"] == []
     assert result["gap_before_sync"] > 1e-3  # the last step moved the weights away from what vLLM held
     assert result["gap_after_sync"] < 1e-3  # and the sync brought vLLM to the trained weights
+
+
+def test_vllm_benchmark_smoke(tmp_path):
+    """`make bench`'s vLLM-vs-transformers benchmark runs (smallest size) and reports both backends' throughput."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vllm_vs_transformers.py"), "--size", "smoke",
+                          "--results-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                         timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads((tmp_path / "vllm_vs_transformers.json").read_text())
+    for name in ("probe", "vasd_rollouts"):
+        assert result[f"{name}_turns_per_s_vllm"] > 0 and result[f"{name}_turns_per_s_transformers"] > 0

@@ -332,7 +332,9 @@ def test_http_retries_every_transient_fault_then_succeeds(server, caplog):
     server.timeout_sleep = 1.0
     faults = ("429", "500", "503", "timeout", "truncated", "nonjson", "badjson")
     server.add_faults(*faults)
-    out = http_backend(server, timeout=0.3, max_retries=len(faults)).generate(["hello"], SamplingParams(n=2, temperature=1.0))
+    out = http_backend(server, timeout=0.3, max_retries=len(faults)).generate(
+        ["hello"], SamplingParams(n=2, temperature=1.0)
+    )
     assert out == [["hello|0", "hello|1"]]
     assert len(server.requests) == len(faults) + 1 and server.pending_faults() == 0
     assert "timeout" in caplog.text and "RemoteProtocolError" in caplog.text and "malformed" in caplog.text

@@ -81,7 +81,9 @@ def fit_vllm_sync(trainer) -> None:
         config = model.get_base_model().config
     add_prefix = needs_language_model_prefix(config, _served_config(generation, model))
     if add_prefix:
-        logger.info("vLLM sync: text-only parameters sent as %s* (the served checkpoint's names)", LANGUAGE_MODEL_PREFIX)
+        logger.info(
+            "vLLM sync: text-only parameters sent as %s* (the served checkpoint's names)", LANGUAGE_MODEL_PREFIX
+        )
     fix_name = generation._fix_param_name_to_vllm
 
     def fixed_name(self, name, extra_prefixes=None):
@@ -89,7 +91,11 @@ def fit_vllm_sync(trainer) -> None:
 
     generation._fix_param_name_to_vllm = types.MethodType(fixed_name, generation)
     llm = getattr(generation, "llm", None)
-    if generation.mode == "colocate" and llm is not None and llm.llm_engine.vllm_config.device_config.device_type == "cpu":
+    if (
+        generation.mode == "colocate"
+        and llm is not None
+        and llm.llm_engine.vllm_config.device_config.device_type == "cpu"
+    ):
         tied = bool(getattr(config, "tie_word_embeddings", False))
         generation.sync_weights = types.MethodType(lambda self: _reload_sync(self, tied), generation)
 

@@ -270,6 +270,12 @@ class PeakMemory:
         self._max = 0
         self._thread = None
         self._anon = _status_kib("RssAnon") is not None
+        # The sampler's reading and its update of the maximum are one step under this lock, so `mark()` cannot fall
+        # between them (a reading taken before the mark would otherwise land after it as the new maximum).
+        import threading
+
+        self._lock = threading.Lock()
+        self.readings = 0  # readings the sampler thread has taken (tests wait on it instead of sleeping)
 
     def _sample(self) -> int:
         kib = _status_kib("RssAnon")
@@ -277,9 +283,20 @@ class PeakMemory:
 
     def _run(self) -> None:
         while True:
-            value = self._sample()
-            if value > self._max:
-                self._max = value
+            with self._lock:
+                value = self._sample()
+                if value > self._max:
+                    self._max = value
+                self.readings += 1
+            time.sleep(self.interval)
+
+    def wait_for_readings(self, count: int = 2, timeout: float = 60.0) -> None:
+        """Block until the sampler thread has taken `count` more readings (the second one began after this call, so
+        it saw the memory in use now), or raise TimeoutError. For tests: no guess of how long a sleep must be."""
+        target, deadline = self.readings + count, time.monotonic() + timeout
+        while self.readings < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the memory sampler took no reading in {timeout} s")
             time.sleep(self.interval)
 
     def start(self) -> PeakMemory:
@@ -307,8 +324,9 @@ class PeakMemory:
 
             torch.cuda.synchronize()
             return torch.cuda.max_memory_allocated()
-        self._max = max(self._max, self._sample())
-        return self._max
+        with self._lock:
+            self._max = max(self._max, self._sample())
+            return self._max
 
     def mark(self) -> None:
         """Note the memory in use now (after the setup) and restart the peak from here."""
@@ -321,7 +339,8 @@ class PeakMemory:
             self.at_mark = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         else:
-            self.at_mark = self._max = self._sample()
+            with self._lock:
+                self.at_mark = self._max = self._sample()
 
     def peak(self) -> int:
         """Bytes above the baseline at the highest point since `start()` (setup included)."""

@@ -480,31 +480,27 @@ def balanced(pairs: list[tuple], seed: int = 0) -> list[tuple]:
 
 def agreement_row(pairs: list[tuple], n_boot: int = 1000, seed: int = 0) -> dict:
     """N, genuine agreement and kappa, label agreement and kappa of `(reference label, other label, item)` pairs,
-    each kappa with a 95% bootstrap interval over items (the turns of one item are not independent)."""
-    import numpy as np
-
+    each kappa with a 95% bootstrap interval over items (the turns of one item are not independent;
+    `fic.bootstrap.item_bootstrap`, the interval of `fic.judges.agreement.binary_agreement`)."""
+    from fic.bootstrap import item_bootstrap
     from fic.metrics import agreement, cohen_kappa
 
     if not pairs:
         return {"n": 0}
 
-    def stats(subset: list[tuple]) -> tuple[float, float, float, float]:
+    def stats(subset: list[tuple]) -> dict:
         a, b = [p[0] for p in subset], [p[1] for p in subset]
         ga, gb = [x == "genuine_followup" for x in a], [x == "genuine_followup" for x in b]
-        return agreement(ga, gb), cohen_kappa(ga, gb), agreement(a, b), cohen_kappa(a, b)
+        return {"genuine_agreement": agreement(ga, gb), "genuine_kappa": cohen_kappa(ga, gb),
+                "label_agreement": agreement(a, b), "label_kappa": cohen_kappa(a, b)}  # fmt: skip
 
     by_item: dict = {}
     for p in pairs:
         by_item.setdefault(p[2], []).append(p)
-    groups = list(by_item.values())
-    rng = np.random.default_rng(seed)
-    boots = [stats([p for i in rng.integers(0, len(groups), len(groups)) for p in groups[i]]) for _ in range(n_boot)]
-    point = stats(pairs)
-    out = {"n": len(pairs), "n_items": len(groups), "genuine_agreement": point[0], "genuine_kappa": point[1],
-           "label_agreement": point[2], "label_kappa": point[3]}  # fmt: skip
-    for name, k in (("genuine_kappa", 1), ("label_kappa", 3)):
-        low, high = np.quantile([b[k] for b in boots], [0.025, 0.975])
-        out[f"{name}_low"], out[f"{name}_high"] = min(float(low), point[k]), max(float(high), point[k])
+    cells = item_bootstrap(list(by_item.values()), stats, n_boot, seed)
+    out = {"n": len(pairs), "n_items": len(by_item), **{name: cell["value"] for name, cell in cells.items()}}
+    for name in ("genuine_kappa", "label_kappa"):
+        out[f"{name}_low"], out[f"{name}_high"] = cells[name]["low"], cells[name]["high"]
     return out
 
 

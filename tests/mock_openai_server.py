@@ -10,6 +10,11 @@ canned or computed replies, records every request, counts requests in flight, an
         server.requests        # [{"path", "body", "headers"}, ...] in arrival order
         server.max_in_flight   # most requests handled at the same time
 
+A concurrency bound is checked without timing: `MockOpenAIServer(gate=3)` holds the first requests until 3 are in
+flight at once (then lets every request through), so a client allowed 3 at a time reaches exactly 3 however slow the
+machine, one allowed 2 never opens the gate (it gives up after `gate_timeout` seconds) and one allowed more than 3
+exceeds it. `server.max_in_flight == 3` is then exact, not a guess about overlapping sleeps.
+
 Faults (each consumed by one request, in arrival order; a `Fault` gives full control):
     "429"        429 with an OpenAI-style error body (`Fault(status=429, headers={"Retry-After": "0.1"})` adds one)
     "500"/"503"  server error
@@ -66,6 +71,8 @@ class MockOpenAIServer:
         completion_reply: `(request_body, sample_index) -> text` or a fixed string, for `/v1/completions`.
         chat_reply: `request_body -> text` or a fixed string, for `/v1/chat/completions`.
         latency: seconds every request sleeps before answering (makes concurrency observable).
+        gate: hold requests until this many are in flight at the same time, once (0: no gate); see above.
+        gate_timeout: the most seconds a request waits at the gate, which then opens for good.
         timeout_sleep: how long a "timeout" fault sleeps.
         honour_stop: cut completion texts at the request's `stop` strings, as real servers do.
         model_id, max_model_len: the served model's name and context length in its card (`GET /v1/models`, as vLLM's); a completion request whose
@@ -83,6 +90,8 @@ class MockOpenAIServer:
         honour_stop: bool = True,
         max_model_len: int = 4096,
         model_id: str = "mock-model",
+        gate: int = 0,
+        gate_timeout: float = 30.0,
     ):
         self.completion_reply, self.chat_reply = completion_reply, chat_reply
         self.max_model_len, self.model_id = max_model_len, model_id
@@ -92,6 +101,9 @@ class MockOpenAIServer:
         self.max_in_flight = 0
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
+        self.gate, self.gate_timeout = gate, gate_timeout
+        self._gate = threading.Condition(self._lock)
+        self._gate_open = gate <= 1
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -178,7 +190,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/v1/models"):
-            card = {"id": self.mock.model_id, "object": "model", "owned_by": "mock", "max_model_len": self.mock.max_model_len}
+            card = {
+                "id": self.mock.model_id,
+                "object": "model",
+                "owned_by": "mock",
+                "max_model_len": self.mock.max_model_len,
+            }
             self._send(200, json.dumps({"object": "list", "data": [card]}).encode())
         else:
             self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
@@ -216,6 +233,11 @@ class _Handler(BaseHTTPRequestHandler):
             mock.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
             mock.in_flight += 1
             mock.max_in_flight = max(mock.max_in_flight, mock.in_flight)
+            if not mock._gate_open:
+                if mock.in_flight < mock.gate:  # wait for the others (the lock is released while waiting)
+                    mock._gate.wait_for(lambda: mock._gate_open, timeout=mock.gate_timeout)
+                mock._gate_open = True
+                mock._gate.notify_all()
         self._counted = True
         try:
             fault = mock._take_fault()

@@ -295,10 +295,11 @@ def test_llm_judge_cache_hit_avoids_a_second_call(tmp_path):
 
 
 def test_llm_judge_concurrency_is_bounded():
-    with MockOpenAIServer(chat_reply=_answer("genuine_followup"), latency=0.05) as server:
+    # the gate holds the first requests until 3 are in flight: exactly 3 with a bound of 3, whatever the timing
+    with MockOpenAIServer(chat_reply=_answer("genuine_followup"), latency=0.01, gate=3) as server:
         verdicts = _judge(server, concurrency=3).judge([case(f"What about {n} muffins?") for n in range(12)])
     assert len(verdicts) == 12 and all(v.genuine for v in verdicts)
-    assert 1 < server.max_in_flight <= 3
+    assert server.max_in_flight == 3
 
 
 def test_api_key_is_sent_but_never_written(tmp_path, monkeypatch, caplog, capsys):

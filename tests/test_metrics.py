@@ -1,10 +1,52 @@
-"""The genuine follow-up rate and recovery (one definition each, for every place that reports them) and the metric
-names."""
+"""The genuine follow-up rate and recovery (one definition each, for every place that reports them), the metric
+names, and the Wilson interval and AUROC against scipy's (independent references, not fic's own formulas)."""
 
+import numpy as np
 import pytest
+from scipy import stats as scipy_stats  # the `dev` extra
 
 from fic import metric_names
-from fic.metrics import genuine_rate, recovery, recovery_target, wilson_interval
+from fic.estimates import cluster_rate
+from fic.metrics import auroc, genuine_rate, recovery, recovery_target, wilson_bounds, wilson_interval
+
+
+@pytest.mark.parametrize("level", [0.95, 0.9, 0.99])
+def test_wilson_interval_is_scipys(level):
+    """Every k of small n and a spread of k at larger n, at three levels: scipy's Wilson score interval (no continuity
+    correction), to 1e-12. The z of a level is scipy's normal quantile, so both sides compute the same interval."""
+    z = float(scipy_stats.norm.ppf(0.5 + level / 2))
+    cases = [(k, n) for n in range(1, 13) for k in range(n + 1)]
+    cases += [(k, n) for n in (50, 99, 1000, 12345) for k in (0, 1, 2, n // 7, n // 2, n - 1, n)]
+    for k, n in cases:
+        reference = scipy_stats.binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
+        expected = (reference.low, reference.high)
+        assert wilson_interval(k, n, z=z) == pytest.approx(expected, abs=1e-12), (k, n)
+        assert wilson_bounds(k / n, n, z) == pytest.approx(expected, abs=1e-12), (k, n)
+    assert wilson_interval(0, 0) == (0.0, 0.0)
+
+
+def test_cluster_rate_with_independent_turns_is_scipys_wilson():
+    """`fic.estimates.cluster_rate` uses the same Wilson formula: with one turn per item it is scipy's interval."""
+    z = float(scipy_stats.norm.ppf(0.975))
+    for k, n in [(0, 7), (3, 11), (20, 57), (57, 57)]:
+        r = cluster_rate([True] * k + [False] * (n - k), list(range(n)), z=z)
+        reference = scipy_stats.binomtest(k, n).proportion_ci(method="wilson")
+        assert (r["low"], r["high"]) == pytest.approx((reference.low, reference.high), abs=1e-12)
+
+
+def test_auroc_is_the_mann_whitney_u_over_n1_n2():
+    """AUROC = U / (n1 n2), U the Mann-Whitney statistic of the positive scores (ties counted one half), on scores
+    with many ties and on continuous ones."""
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(2, 60))
+        labels = rng.random(n) < rng.uniform(0.1, 0.9)
+        if labels.all() or not labels.any():
+            labels[0] = not labels[0]
+        scores = rng.integers(0, 4, n) if trial % 2 else rng.normal(labels * rng.uniform(0, 2), 1.0)
+        pos, neg = scores[labels], scores[~labels]
+        u = scipy_stats.mannwhitneyu(pos, neg, alternative="two-sided").statistic
+        assert auroc(scores.tolist(), labels.tolist()) == pytest.approx(u / (len(pos) * len(neg)), abs=1e-12)
 
 
 def test_genuine_rate_leaves_judge_errors_out_of_the_rate():

@@ -3,6 +3,7 @@ the rule that an estimate resting on fewer than `MIN_CLUSTERS` items is not esti
 
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -79,23 +80,69 @@ def test_a_perfect_judge_gives_the_judges_raw_difference():
     assert d["high"] - d["low"] < d["labels_only"]["high"] - d["labels_only"]["low"]
 
 
+def per_item_terms(arm: dict, lam: float) -> dict:
+    """An arm's linearisation by item, e_g = lambda (F_g - mean_N(f) N_g) / N + (R_g - mean_n(y - lambda f) n_g) / n
+    (`ppi_rate`'s docstring), in plain Python."""
+    y, f, f_all = arm["labelled_human"], arm["labelled_judge"], arm["all_judge"]
+    rectifier = [yi - lam * fi for yi, fi in zip(y, f)]
+    mean_f, mean_r = sum(f_all) / len(f_all), sum(rectifier) / len(y)
+    e: dict = {}
+    for g, fi in zip(arm["all_clusters"], f_all):
+        e[g] = e.get(g, 0.0) + lam * (fi - mean_f) / len(f_all)
+    for g, ri in zip(arm["labelled_clusters"], rectifier):
+        e[g] = e.get(g, 0.0) + (ri - mean_r) / len(y)
+    return e
+
+
+def test_paired_interval_is_its_closed_form():
+    """diff +- z se with se^2 = G / (G - 1) sum_g (e_bg - e_ag)^2 over the items of either arm, each arm at the
+    lambda `ppi_rate` tunes for it (the docstring's formula), the labels-only one where it is narrower."""
+    rng, tuned = np.random.default_rng(4), 0
+    for _ in range(5):
+        u = rng.normal(-1, 2, 25)
+        a, b = arm(rng, expit(u), 5, 45), arm(rng, expit(u + 0.4), 5, 45)
+        b["all_clusters"] = [g + 3 for g in b["all_clusters"]]  # items 0-2 only in a, 25-27 only in b
+        b["labelled_clusters"] = [g + 3 for g in b["labelled_clusters"]]
+        d = ppi_paired_difference(a, b)
+        ra, rb = ppi_rate(**a), ppi_rate(**b)
+
+        def closed_form(lam_a: float, lam_b: float, a=a, b=b) -> tuple[int, float]:
+            e_a, e_b = per_item_terms(a, lam_a), per_item_terms(b, lam_b)
+            keys = set(e_a) | set(e_b)
+            s2 = sum((e_b.get(g, 0.0) - e_a.get(g, 0.0)) ** 2 for g in keys)
+            return len(keys), math.sqrt(len(keys) / (len(keys) - 1) * s2)
+
+        g, se = closed_form(ra["lambda"], rb["lambda"])
+        _, se_labels = closed_form(0.0, 0.0)
+        if se > se_labels:
+            se = se_labels
+        diff = d["rate_b"] - d["rate_a"]
+        assert g == d["n_items"] == 28 and d["se"] == pytest.approx(se, abs=1e-12)
+        assert d["labels_only"]["se"] == pytest.approx(se_labels, abs=1e-12)
+        assert (d["low"], d["high"]) == pytest.approx((diff - 1.96 * se, diff + 1.96 * se), abs=1e-12)
+        assert d["p"] == pytest.approx(2 * (1 - NormalDist().cdf(abs(diff) / se)), abs=1e-12)
+        tuned += d["lambda_a"] > 0 and d["lambda_b"] > 0
+    assert tuned >= 3, "most draws use the judge (lambda > 0), not the labels alone"
+
+
 def test_simulation_the_paired_interval_covers_the_true_difference():
-    # 200 draws of 30 items x 4 turns per arm; item g has logit propensity u_g ~ N(-1, 1.2^2) in arm a and u_g + 0.6
-    # in arm b (strongly paired); the judge has sensitivity 0.8, specificity 0.9; a reader labels 40 turns per arm.
-    # The truth is the population difference E expit(u + 0.6) - E expit(u) (the intervals are clustered by item, so
-    # they target the population the items are drawn from).
+    # 1,000 draws of 30 items x 4 turns per arm, coverage held between 0.90 and 0.98 (a too-narrow interval fails
+    # below, a too-wide one above; the binomial standard error is 0.007). Item g has logit propensity
+    # u_g ~ N(-1, 1.2^2) in arm a and u_g + 0.6 in arm b (strongly paired); the judge has sensitivity 0.8,
+    # specificity 0.9; a reader labels 40 turns per arm. The truth is the population difference
+    # E expit(u + 0.6) - E expit(u) (the intervals are clustered by item, so they target the population the items
+    # are drawn from). The interval is a little short of 95% with this few items (the docstring's 92.5%).
     rng = np.random.default_rng(0)
     u = rng.normal(-1, 1.2, 1_000_000)
     truth = float(np.mean(expit(u + 0.6)) - np.mean(expit(u)))
-    draws, hits, labels_only = 200, 0, 0
-    for _ in range(draws):
-        items = rng.normal(-1, 1.2, 30)
+    draws, hits, labels_only = 1000, 0, 0
+    for items in rng.normal(-1, 1.2, (draws, 30)):
         d = ppi_paired_difference(arm(rng, expit(items), 4, 40), arm(rng, expit(items + 0.6), 4, 40))
         hits += d["low"] <= truth <= d["high"]
         labels_only += d["labels_only"]["low"] <= truth <= d["labels_only"]["high"]
     print(f"coverage of {truth:.4f} over {draws} draws: {hits / draws}, labels only {labels_only / draws}")
-    assert 0.88 <= hits / draws <= 0.99
-    assert 0.88 <= labels_only / draws <= 0.99
+    assert 0.90 <= hits / draws <= 0.98
+    assert 0.90 <= labels_only / draws <= 0.98
 
 
 def test_under_ten_clusters_nothing_is_estimated():

@@ -1,9 +1,11 @@
 """Evaluation resume after a real kill: `fic probe`, `fic lic` and `fic regret` on a tiny model, SIGKILLed once their
 samples file has rows, then rerun with the same `--out`, end with exactly the rows of an uninterrupted run.
 
-Each test runs the command twice side by side (one uninterrupted, one to be killed), kills the second with SIGKILL
-as soon as its JSONL holds some complete rows, cuts its last line in half (what a kill during a write leaves),
-reruns it, and compares: same rows (nothing lost, nothing duplicated), same summary. The in-process versions with a
+Each test runs the command twice side by side (one uninterrupted, one to be killed). The second runs through this
+file's entry (`_kill_after_rows`), which SIGKILLs its own process right after the append that brings its JSONL to
+some complete rows: a real kill, at the same row whatever the machine's speed (no polling from outside that a fast
+run could outpace). The test then cuts the last line in half (what a kill during a write leaves), reruns the
+command, and compares: same rows (nothing lost, nothing duplicated), same summary. The in-process versions with a
 simulated crash are in test_probe.py, test_lic.py and test_regret_cli.py; these are the real process kills.
 """
 
@@ -75,13 +77,36 @@ def complete_lines(path: Path) -> int:
         return 0
 
 
-def kill_when_rows(proc: subprocess.Popen, path: Path, rows: int) -> int:
-    """SIGKILL `proc` once `path` has at least `rows` complete lines; return how many it had."""
-    wait_until(proc, lambda: complete_lines(path) >= rows, f"{path.name} had {rows} rows")
-    proc.send_signal(signal.SIGKILL)
-    rc, _ = finish(proc)
-    assert rc == -signal.SIGKILL
-    return complete_lines(path)
+def _kill_after_rows(argv: list[str]) -> int:
+    """`python tests/test_reliability_eval.py NAME ROWS FIC-ARGS...`: `fic FIC-ARGS`, SIGKILLing its own process right
+    after the append that brings the file called NAME to at least ROWS complete lines (a real kill, at a row fixed
+    by the arguments, not by how fast the run went)."""
+    import fic.distributed
+    import fic.eval.clarify.regret
+    import fic.jsonl
+    from fic.cli import main
+
+    name, rows = argv[0], int(argv[1])
+    append = fic.jsonl.append_rows
+
+    def append_then_die(path, new_rows):
+        append(path, new_rows)
+        if Path(path).name == name and complete_lines(Path(path)) >= rows:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    for module in (fic.distributed, fic.eval.clarify.regret):  # the writers of samples.jsonl and episodes.jsonl
+        assert module.append_rows is append, f"{module.__name__} no longer appends through fic.jsonl.append_rows"
+        module.append_rows = append_then_die
+    return main(argv[2:])
+
+
+def killed_at_rows(argv: list[str], out: Path, name: str, rows: int, log: Path) -> int:
+    """Run `fic ARGV --out OUT` until the append that brings OUT/NAME to `rows` complete lines, where it kills
+    itself (`_kill_after_rows`); how many complete lines the file holds."""
+    proc = start([sys.executable, __file__, name, str(rows), *argv, "--out", str(out)], log)
+    rc, output = finish(proc)
+    assert rc == -signal.SIGKILL, f"the run was not killed at {rows} rows of {name} (exit {rc}):\n{output[-3000:]}"
+    return complete_lines(out / name)
 
 
 def tear_last_line(path: Path) -> None:
@@ -99,8 +124,7 @@ def killed_and_resumed(tmp_path: Path, argv: list[str], out_flag_file: str, kill
     """Run `fic ARGV --out A` uninterrupted and, beside it, `--out B` killed at `kill_at` rows, torn, and rerun."""
     fic = [sys.executable, "-m", "fic.cli", *argv]
     full = start([*fic, "--out", str(tmp_path / "a")], tmp_path / "a.log")
-    victim = start([*fic, "--out", str(tmp_path / "b")], tmp_path / "b.log")
-    had = kill_when_rows(victim, tmp_path / "b" / out_flag_file, kill_at)
+    had = killed_at_rows(argv, tmp_path / "b", out_flag_file, kill_at, tmp_path / "b.log")
     tear_last_line(tmp_path / "b" / out_flag_file)
     rc, out = finish(start([*fic, "--out", str(tmp_path / "b")], tmp_path / "b2.log"))
     assert rc == 0, out[-3000:]
@@ -154,3 +178,7 @@ def test_fic_regret_killed_midway_resumes_to_the_uninterrupted_episodes(tiny, sh
             "0", "--embedder", "none", "--max-new-tokens", "8"]  # fmt: skip
     a, b, had = killed_and_resumed(tmp_path, argv, "episodes.jsonl", kill_at=3)
     assert_same_rows(a, b, "episodes.jsonl", lambda r: r["key"], expected=6 * 5, had=had)
+
+
+if __name__ == "__main__":
+    sys.exit(_kill_after_rows(sys.argv[1:]))

@@ -6,6 +6,10 @@
 * SIGTERM (what SLURM / Kubernetes send before killing a job) makes the run save a whole checkpoint at the step it
   reached, log why, and exit 0.
 
+Both signals come from inside the run, at the end of step `SIGNAL_STEP` (tests/multiproc_entry.py's
+`FIC_TEST_SIGKILL` / `FIC_TEST_SIGTERM` hooks): real signals, at a step fixed by the test rather than by how far the
+run got while the test polled for its first checkpoint.
+
 * API keys in the environment of a run (judge, OpenAI, Hugging Face, wandb) reach none of its files, the wandb
   offline run included, nor its log.
 
@@ -22,11 +26,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_reliability_eval import child_env, finish, start, wait_until
+from conftest import ROOT
+from test_reliability_eval import child_env, finish, start
 
 pytestmark = pytest.mark.slow
 
 MAX_STEPS, SAVE_STEPS = 40, 10
+SIGNAL_STEP = 15  # after the checkpoint of step 10, before that of step 20
 
 
 def train_cmd(out: Path, *extra: str) -> list[str]:
@@ -39,8 +45,15 @@ def train_cmd(out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def env(shared_data: Path) -> dict:
-    return child_env(FIC_SHARED_DATA=str(shared_data))
+def env(shared_data: Path, **extra) -> dict:
+    return child_env(FIC_SHARED_DATA=str(shared_data), **extra)
+
+
+def signalled_cmd(out: Path) -> list[str]:
+    """`train_cmd(out)` through the test entry, whose FIC_TEST_SIGKILL / FIC_TEST_SIGTERM hook signals the run from
+    inside at the end of a given step (records in OUT.ranks, outside the run's folder)."""
+    python, _, *args = train_cmd(out)
+    return [python, str(ROOT / "tests" / "multiproc_entry.py"), str(out.with_suffix(".ranks")), *args]
 
 
 def whole(checkpoint: Path) -> bool:
@@ -102,17 +115,13 @@ def reference(tmp_path_factory, shared_data):
 def test_sigterm_saves_a_checkpoint_at_the_step_reached_and_exits_cleanly(reference, shared_data, tmp_path):
     # (`reference` only starts the uninterrupted run here, so it trains beside this one)
     out = tmp_path / "run"
-    proc = start(train_cmd(out), tmp_path / "preempted.log", env(shared_data))
-    wait_until(proc, lambda: whole(out / f"checkpoint-{SAVE_STEPS}"), "the first checkpoint was written", 600)
-    proc.send_signal(signal.SIGTERM)
-    rc, log = finish(proc, timeout=300)
+    proc = start(signalled_cmd(out), tmp_path / "preempted.log", env(shared_data, FIC_TEST_SIGTERM=f"0:{SIGNAL_STEP}"))
+    rc, log = finish(proc, timeout=600)
     assert rc == 0, f"SIGTERM should end the run cleanly, got exit {rc}:\n{log[-3000:]}"
     assert "received signal 15" in log and "saving a checkpoint" in log
     saved = {step: p for step, p in checkpoints(out).items() if whole(p)}
+    assert sorted(saved) == [SAVE_STEPS, SIGNAL_STEP], f"expected checkpoints {SAVE_STEPS} and {SIGNAL_STEP}: {saved}"
     step = max(saved)
-    assert SAVE_STEPS < step < MAX_STEPS, (
-        f"expected a checkpoint between steps {SAVE_STEPS} and {MAX_STEPS}, got {step}"
-    )
     state = json.loads((saved[step] / "trainer_state.json").read_text())
     assert state["global_step"] == step
     from fic.trainers.common import checkpoint_problem
@@ -124,13 +133,11 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached_and_exits_cleanly(refere
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(reference, shared_data, tmp_path):
     out = tmp_path / "run"
-    victim = start(train_cmd(out), tmp_path / "killed.log", env(shared_data))
-    wait_until(victim, lambda: whole(out / f"checkpoint-{SAVE_STEPS}"), "the first checkpoint was written", 600)
-    victim.send_signal(signal.SIGKILL)
-    rc, _ = finish(victim)
-    assert rc == -signal.SIGKILL
+    victim = start(signalled_cmd(out), tmp_path / "killed.log", env(shared_data, FIC_TEST_SIGKILL=f"0:{SIGNAL_STEP}"))
+    rc, log = finish(victim, timeout=600)
+    assert rc == -signal.SIGKILL, f"the run was not killed at step {SIGNAL_STEP} (exit {rc}):\n{log[-3000:]}"
     saved = {step: p for step, p in checkpoints(out).items() if whole(p)}
-    assert saved and max(saved) < MAX_STEPS - SAVE_STEPS, "the kill came too late to interrupt training"
+    assert sorted(saved) == [SAVE_STEPS], f"the kill at step {SIGNAL_STEP} left checkpoints {sorted(saved)}"
     latest = saved[max(saved)]
     stamp = (latest / "trainer_state.json").stat().st_mtime_ns
     # A kill during a save leaves a checkpoint without trainer_state.json and with a cut-off weights file.

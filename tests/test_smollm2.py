@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def test_fic_probe_review_and_rates_on_smollm2(shared_data, tmp_path):
     assert overall["corrected"] is not None or overall["corrected_note"]
 
     server = review_server.make_server(out, port=0, sample=8, seed=0)
-    import threading
-
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
@@ -104,32 +103,45 @@ def test_fic_probe_review_and_rates_on_smollm2(shared_data, tmp_path):
     assert (out / "report.html").is_file()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _output_lines(proc: subprocess.Popen) -> list[str]:
+    """The lines of `proc`'s output as they come, read by a thread (so a chatty child never blocks on a full pipe)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line.decode(errors="replace"))
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 @pytest.fixture(scope="module")
 def served(smollm2):
-    """`transformers serve` on loopback with SmolLM2 preloaded: a real OpenAI-compatible server."""
-    port = _free_port()
+    """`transformers serve` on loopback with SmolLM2 preloaded: a real OpenAI-compatible server. It binds port 0
+    itself, and its port is read from uvicorn's "running on" line: no port chosen here and bound later by another
+    process, which another program could take in between."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([str(BIN / "transformers"), "serve", smollm2, "--host", "127.0.0.1", "--port", str(port),
+    proc = subprocess.Popen([str(BIN / "transformers"), "serve", smollm2, "--host", "127.0.0.1", "--port", "0",
                              "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    lines = _output_lines(proc)
     try:
-        for _ in range(240):
+        url, deadline = None, time.monotonic() + 120
+        while True:
             if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited: {proc.stdout.read().decode()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+                time.sleep(0.5)  # the reader's last lines
+                pytest.fail(f"transformers serve exited: {''.join(lines)[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"transformers serve did not come up in 120 s: {''.join(lines)[-2000:]}")
+            if url is None:
+                bound = [m for line in list(lines) if (m := re.search(r"running on (http://127\.0\.0\.1:\d+)", line))]
+                url = bound[0].group(1) if bound else None
+            if url is not None:
+                try:
+                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
             time.sleep(0.5)
-        else:
-            pytest.fail("transformers serve did not come up in 120 s")
         yield f"{url}/v1", smollm2
     finally:
         proc.terminate()

@@ -1,10 +1,16 @@
-"""A two-level bootstrap over training seeds and test tasks, for numbers that come from models trained at several
-seeds and scored on the same tasks.
+"""The bootstrap, once for every estimate of fic: resampling clusters with replacement, the percentile interval, the
+bootstrap p-value, the item bootstrap of any statistic, and the two-level bootstrap over training seeds and test tasks.
 
-A trained model's score varies with the test tasks drawn and with the training seed; an interval over tasks alone
-treats the seeds as fixed and is too narrow when they disagree. `seed_task_bootstrap` resamples both: each replicate
-draws the seeds with replacement and, independently, the tasks with replacement, and recomputes every arm's pooled
-rate on that grid (a seed drawn twice counts twice, a task drawn twice counts twice; the crossed design's
+Every bootstrap in fic draws its resamples with `draw_clusters` (numpy's Generator, `integers(0, G, (n_boot, G))`),
+reads its interval off the replicates with `percentile_interval` (numpy's `np.quantile`, linear interpolation) and,
+where it tests a difference against 0, its p with `bootstrap_p`. The callers: `fic.estimates` (`paired_difference`,
+`cluster_mean`, `bootstrap_auroc`), `fic.judges.agreement.binary_agreement` (kappa, FPR and TPR over items),
+`seed_task_bootstrap` below, and reproduce/probe.py's judge validation table.
+
+`seed_task_bootstrap`: a trained model's score varies with the test tasks drawn and with the training seed; an
+interval over tasks alone treats the seeds as fixed and is too narrow when they disagree. It resamples both: each
+replicate draws the seeds with replacement and, independently, the tasks with replacement, and recomputes every arm's
+pooled rate on that grid (a seed drawn twice counts twice, a task drawn twice counts twice; the crossed design's
 "pigeonhole" bootstrap). One draw serves every arm, so the arms are paired by task and by seed: seed 1 of VASD and
 seed 1 of its control trained on the same tasks and replay draws, and every arm is scored on the same tasks. An arm
 scored at one seed only (the start model, which no seed changes) is the same in every seed draw.
@@ -21,6 +27,79 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
+
+
+def alpha_of(z: float) -> float:
+    """The two-sided level a normal quantile names: 0.05 (to 4e-6) at z = 1.96, erfc(z / sqrt(2))."""
+    return math.erfc(z / math.sqrt(2))
+
+
+def draw_clusters(rng: np.random.Generator, n_clusters: int, n_boot: int) -> np.ndarray:
+    """`n_boot` resamples of `n_clusters` clusters with replacement, as an `(n_boot, n_clusters)` array of indices.
+
+    The one draw of every bootstrap here: with the same Generator state the same resamples, whichever estimate asks
+    (one call of `rng.integers(0, G, G)` per replicate draws exactly these rows, in order)."""
+    return rng.integers(0, n_clusters, size=(n_boot, n_clusters))
+
+
+def percentile_interval(
+    values: Sequence[float], alpha: float = 0.05, point: float | None = None
+) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates: `np.quantile(values, [alpha / 2, 1 - alpha / 2])` (linear
+    interpolation between order statistics, numpy's default). With `point` (the estimate on all the data) the
+    interval is widened to hold it, where the replicates all fall on one side of it."""
+    low, high = (float(q) for q in np.quantile(values, [alpha / 2, 1 - alpha / 2]))
+    if point is not None:
+        low, high = min(low, point), max(high, point)
+    return low, high
+
+
+def bootstrap_p(values: Sequence[float]) -> float:
+    """The two-sided bootstrap p-value of a difference against 0: min(1, 2 min(P*(x <= 0), P*(x >= 0))) over the
+    replicates, 1.0 when every replicate is exactly 0. A p of 0.0 means below 1 / len(values)."""
+    x = np.asarray(values, dtype=float)
+    if np.all(x == 0):
+        return 1.0
+    return min(1.0, 2 * min(float(np.mean(x <= 0)), float(np.mean(x >= 0))))
+
+
+def item_bootstrap(
+    groups: Sequence[Sequence],
+    statistic: Callable[[list], Mapping[str, float | None]],
+    n_boot: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, dict]:
+    """Statistics of rows that come in groups (the turns of one item), each with a percentile interval from
+    resampling the groups with replacement.
+
+    `statistic(rows)` maps a list of rows to named values (None where undefined, e.g. a rate of no turns). It is
+    computed on all the rows, then on each of `n_boot` resamples: `draw_clusters` draws the groups, and a resample's
+    rows are those of its groups, in draw order. A replicate where a value is None is left out of that value's
+    interval. Deterministic for a given `seed`.
+
+    Returns:
+        `dict`: `{name: {"value", "low", "high"}}`: the value on all the rows and the `percentile_interval` of its
+        replicates, widened to hold the value; low and high are None where the value is None or no replicate
+        defines it.
+    """
+    rows = [row for group in groups for row in group]
+    point = dict(statistic(rows))
+    samples: dict[str, list[float]] = {name: [] for name in point}
+    if groups and any(value is not None for value in point.values()):
+        for idx in draw_clusters(np.random.default_rng(seed), len(groups), n_boot):
+            for name, value in statistic([row for i in idx for row in groups[i]]).items():
+                if value is not None:
+                    samples[name].append(value)
+    out = {}
+    for name, value in point.items():
+        if value is None or not samples[name]:
+            out[name] = {"value": value, "low": None, "high": None}
+        else:
+            low, high = percentile_interval(samples[name], alpha, point=value)
+            out[name] = {"value": value, "low": low, "high": high}
+    return out
+
 
 Outcomes = Mapping[Hashable, Mapping[Hashable, Sequence[bool]]]  # seed -> task -> verdicts of its runs
 
@@ -88,8 +167,8 @@ def seed_task_bootstrap(
 
     rng = np.random.default_rng(seed)
     n_tasks, n_seeds = len(tasks), len(seed_keys)
-    task_draw = rng.integers(0, n_tasks, size=(n_boot, n_tasks))
-    seed_draw = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
+    task_draw = draw_clusters(rng, n_tasks, n_boot)
+    seed_draw = draw_clusters(rng, n_seeds, n_boot)
     rows = np.arange(n_boot)[:, None]
     task_w = np.zeros((n_boot, n_tasks))
     np.add.at(task_w, (rows, task_draw), 1.0)
@@ -108,7 +187,6 @@ def seed_task_bootstrap(
            "n_tasks": n_tasks, "n_seeds": n_seeds, "n_boot": n_boot, "n_undefined": n_boot - len(kept)}  # fmt: skip
     if estimate is None or not len(kept):
         return out
-    alpha = math.erfc(z / math.sqrt(2))  # two-sided level: 0.05 at z = 1.96
-    low, high = (float(q) for q in np.quantile(kept, [alpha / 2, 1 - alpha / 2]))
-    p = 1.0 if np.all(kept == 0) else min(1.0, 2 * min(float(np.mean(kept <= 0)), float(np.mean(kept >= 0))))
+    low, high = percentile_interval(kept, alpha_of(z))
+    p = bootstrap_p(kept)
     return {**out, "low": low, "high": high, "p": p, "detectable": bool(low > 0 or high < 0)}

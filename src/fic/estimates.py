@@ -26,6 +26,9 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
+from fic.bootstrap import alpha_of, bootstrap_p, draw_clusters, item_bootstrap, percentile_interval
+from fic.metrics import wilson_bounds
+
 # Fewest clusters (items) on which a cluster-resampled or cluster-robust interval is given. With fewer, the bootstrap
 # can only recombine the few items at hand and the sandwich variance sum_g e_g^2 is itself a noisy estimate from a
 # handful of terms: both come out too narrow, so `paired_difference`, `cluster_mean` and `fic.ppi`'s calibrated
@@ -36,14 +39,6 @@ MIN_CLUSTERS = 10
 
 def _not_estimable(n_clusters: int, where: str = "") -> str:
     return f"not estimable: {n_clusters} clusters (< {MIN_CLUSTERS})" + (f" {where}" if where else "")
-
-
-def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
-    # Same formula as `fic.metrics.wilson_interval`, with the sample size allowed to be any positive real.
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def _logit_interval(theta: float, var: float, z: float) -> tuple[float, float]:
@@ -105,7 +100,7 @@ def cluster_rate(flags: Sequence[bool], clusters: Sequence[Hashable], z: float =
     p, n, g, n_eff = _effective_n(flags, clusters)
     if n == 0:
         return {"rate": 0.0, "low": 0.0, "high": 0.0, "n": 0, "n_items": 0, "design_effect": 1.0}
-    low, high = _wilson(p, n_eff, z)
+    low, high = wilson_bounds(p, n_eff, z)
     return {"rate": p, "low": low, "high": high, "n": n, "n_items": g, "design_effect": n / n_eff}
 
 
@@ -166,14 +161,10 @@ def paired_difference(
     if len(common) < MIN_CLUSTERS:
         return {"diff": None, "low": None, "high": None, "p": None, **counts, "detectable": False,
                 "note": _not_estimable(len(common))}  # fmt: skip
-    idx = np.random.default_rng(seed).integers(0, len(common), size=(n_boot, len(common)))
+    idx = draw_clusters(np.random.default_rng(seed), len(common), n_boot)
     diffs = kb[idx].sum(1) / nb[idx].sum(1) - ka[idx].sum(1) / na[idx].sum(1)
-    alpha = math.erfc(z / math.sqrt(2))  # two-sided level: 0.05 at z = 1.96
-    low, high = (float(q) for q in np.quantile(diffs, [alpha / 2, 1 - alpha / 2]))
-    if np.all(diffs == 0):
-        p = 1.0
-    else:
-        p = min(1.0, 2 * min(float(np.mean(diffs <= 0)), float(np.mean(diffs >= 0))))
+    low, high = percentile_interval(diffs, alpha_of(z))
+    p = bootstrap_p(diffs)
     detectable = bool(low > 0 or high < 0)
     return {"diff": rate_b - rate_a, "low": low, "high": high, "p": p, **counts, "detectable": detectable, "note": ""}
 
@@ -212,39 +203,33 @@ def cluster_mean(
     total = np.array([s for s, _ in sums.values()])
     count = np.array([m for _, m in sums.values()], dtype=float)
     mean = float(total.sum() / count.sum())
-    idx = np.random.default_rng(seed).integers(0, len(total), size=(n_boot, len(total)))
+    idx = draw_clusters(np.random.default_rng(seed), len(total), n_boot)
     means = total[idx].sum(1) / count[idx].sum(1)
-    alpha = math.erfc(z / math.sqrt(2))
-    low, high = (float(q) for q in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
-    return {"mean": mean, "low": min(low, mean), "high": max(high, mean), "n": len(values), "n_items": len(total),
-            "note": ""}  # fmt: skip
+    low, high = percentile_interval(means, alpha_of(z), point=mean)
+    return {"mean": mean, "low": low, "high": high, "n": len(values), "n_items": len(total), "note": ""}
 
 
 def bootstrap_auroc(
     scores: Sequence[float], labels: Sequence[bool], n_boot: int = 2000, seed: int = 0, z: float = 1.96
 ) -> dict:
     """AUROC of `scores` for the True `labels` (`fic.metrics.auroc`) with a percentile bootstrap interval over the
-    rows (one row per item; resamples that lack a class are skipped).
+    rows (`fic.bootstrap.item_bootstrap`, one row per item; resamples that lack a class are skipped).
 
     Returns:
         `dict`: `{"auroc", "low", "high", "n", "n_positive"}`; auroc, low and high are None when one class is absent.
     """
     from fic.metrics import auroc
 
-    point = auroc(list(scores), list(labels))
-    out = {"auroc": point, "low": None, "high": None, "n": len(scores), "n_positive": sum(map(bool, labels))}
-    if point is None:
-        return out
-    x, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
-    rng = np.random.default_rng(seed)
-    boots = []
-    for idx in rng.integers(0, len(x), size=(n_boot, len(x))):
-        value = auroc(x[idx].tolist(), y[idx].tolist())
-        if value is not None:
-            boots.append(value)
-    alpha = math.erfc(z / math.sqrt(2))
-    low, high = (float(q) for q in np.quantile(boots, [alpha / 2, 1 - alpha / 2]))
-    return {**out, "low": min(low, point), "high": max(high, point)}
+    if len(scores) != len(labels):
+        raise ValueError(f"auroc needs one label per score ({len(scores)} vs {len(labels)}).")
+    rows = [[(float(s), bool(y))] for s, y in zip(scores, labels)]
+
+    def statistic(drawn: list) -> dict:
+        return {"auroc": auroc([s for s, _ in drawn], [y for _, y in drawn])}
+
+    cell = item_bootstrap(rows, statistic, n_boot, seed, alpha_of(z))["auroc"]
+    return {"auroc": cell["value"], "low": cell["low"], "high": cell["high"], "n": len(scores),
+            "n_positive": sum(map(bool, labels))}  # fmt: skip
 
 
 def _share_and_variance(flags: list[bool], clusters: list[Hashable]) -> tuple[float | None, float | None]:
@@ -253,7 +238,7 @@ def _share_and_variance(flags: list[bool], clusters: list[Hashable]) -> tuple[fl
         return None, None
     p, _, g, n_eff = _effective_n(flags, clusters)
     if p in (0.0, 1.0):
-        low, high = _wilson(p, g, 1.96)
+        low, high = wilson_bounds(p, g, 1.96)
         return p, ((high - low) / (2 * 1.96)) ** 2
     return p, p * (1 - p) / n_eff
 

@@ -10,15 +10,24 @@ from __future__ import annotations
 import math
 
 
+def wilson_bounds(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a share `p` observed on `n` trials, fic's one Wilson formula:
+
+        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n),
+
+    clipped to [0, 1]. `n` may be any positive real: `fic.estimates.cluster_rate` gives it an effective sample size.
+    """
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion; (0.0, 0.0) when `total` is 0."""
+    """95% Wilson score interval for a binomial proportion (`wilson_bounds`); (0.0, 0.0) when `total` is 0."""
     if total == 0:
         return (0.0, 0.0)
-    p = successes / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return wilson_bounds(successes / total, total, z)
 
 
 def rate_with_interval(flags: list[bool]) -> dict:

@@ -112,15 +112,17 @@ def judgement_agreement(rows_a: list[dict], rows_b: list[dict], names: tuple[str
 
 
 def binary_agreement(human: list[bool], judged: list[bool], clusters: list, draws: int = 1000, seed: int = 0,
-                     z_level: float = 0.95) -> dict:  # fmt: skip
+                     alpha: float = 0.05) -> dict:  # fmt: skip
     """How a judge's binary decisions agree with labels: Cohen's kappa, false-positive rate (failures called
     genuine), true-positive rate, and both genuine rates, each with a percentile interval from a bootstrap over
-    `clusters` (items: the turns of one item are not independent). A pure function; deterministic in `seed`.
+    `clusters` (items: the turns of one item are not independent), `fic.bootstrap.item_bootstrap` with `draws`
+    resamples: the interval is `np.quantile` of the replicates at alpha / 2 and 1 - alpha / 2, widened to hold the
+    value. A pure function; deterministic in `seed`.
 
     Returns `{"n", "n_items", "kappa", "fpr", "tpr", "labelled_rate", "judged_rate"}`, each statistic a dict
     `{"value", "low", "high"}` (value None where undefined: no labelled failure for the FPR, no genuine for the TPR).
     """
-    import random
+    from fic.bootstrap import item_bootstrap  # numpy: importing the judges does not need it
 
     if not (len(human) == len(judged) == len(clusters)):
         raise ValueError(f"human, judged and clusters must have one entry per turn ({len(human)}, {len(judged)}, "
@@ -136,20 +138,5 @@ def binary_agreement(human: list[bool], judged: list[bool], clusters: list, draw
                 "tpr": sum(pos) / len(pos) if pos else None, "labelled_rate": sum(hs) / len(hs) if hs else None,
                 "judged_rate": sum(js) / len(js) if js else None}  # fmt: skip
 
-    point = stats([p for g in groups.values() for p in g])
-    rng, keys, samples = random.Random(seed), list(groups), {k: [] for k in point}
-    for _ in range(draws if keys else 0):
-        drawn = [p for _ in keys for p in groups[rng.choice(keys)]]
-        for k, v in stats(drawn).items():
-            if v is not None:
-                samples[k].append(v)
-    tail = (1 - z_level) / 2
-
-    def interval(k: str) -> dict:
-        values = sorted(samples[k])
-        if point[k] is None or not values:
-            return {"value": point[k], "low": None, "high": None}
-        return {"value": point[k], "low": values[int(tail * (len(values) - 1))],
-                "high": values[int((1 - tail) * (len(values) - 1))]}  # fmt: skip
-
-    return {"n": len(human), "n_items": len(groups), **{k: interval(k) for k in point}}
+    cells = item_bootstrap(list(groups.values()), stats, draws, seed, alpha)
+    return {"n": len(human), "n_items": len(groups), **cells}

@@ -362,7 +362,7 @@ def test_http_client_error_is_not_retried(server):
 
 
 def test_http_concurrency_is_bounded():
-    with MockOpenAIServer(latency=0.1) as s:
+    with MockOpenAIServer(gate=3) as s:
         out = http_backend(s, concurrency=3).generate([f"p{i}" for i in range(12)], SamplingParams())
         assert out == [[f"p{i}|0"] for i in range(12)]
         assert s.max_in_flight == 3

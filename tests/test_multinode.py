@@ -40,27 +40,63 @@ pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
-    """A TCP port free on the loopback address now (node 0's launcher binds it a moment later)."""
+    """A TCP port free on the loopback address now. Node 0's launcher binds it a moment later, and torchrun's
+    rendezvous takes no socket handed over bound, so another process can take it in between: `launch_two_nodes`
+    then tries again on another port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+# What a node's log says when the rendezvous port was taken between free_port() and the launch: accelerate's check
+# on node 0 before it launches, the static rendezvous's TCPStore that cannot bind it, the c10d rendezvous that cannot
+# host and connects to whatever holds it.
+PORT_TAKEN = ("another process is utilizing it", "EADDRINUSE", "address already in use",
+              "The connection to the C10d store has failed")  # fmt: skip
+
+
+def finish_nodes(procs: list, timeout: float) -> list[tuple[int, str]]:
+    """Wait for every node; once one fails (or time runs out), stop the others, which would wait for it until the
+    rendezvous times out: SIGTERM first (the launcher is torchrun's agent, which stops its workers on it), SIGKILL 30 s
+    later. (exit status, output) per node."""
+    deadline, stopping = time.monotonic() + timeout, None
+    while any(proc.poll() is None for proc in procs):
+        if stopping is None and (any(proc.poll() not in (None, 0) for proc in procs) or time.monotonic() > deadline):
+            stopping = time.monotonic()
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+        if stopping is not None and time.monotonic() > stopping + 30:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+        time.sleep(0.2)
+    return [finish(proc) for proc in procs]
+
+
 def launch_two_nodes(out: Path, args: list[str], timeout: float = 300, config: str = "multinode_cpu.yaml",
-                     **env) -> dict:  # fmt: skip
-    """Run train.py args through the test entry as two one-process nodes; the per-rank records."""
+                     attempts: int = 3, **env) -> dict:  # fmt: skip
+    """Run train.py args through the test entry as two one-process nodes; the per-rank records. A launch whose
+    rendezvous port was taken before node 0 bound it is retried on another port (up to `attempts` launches)."""
     out.mkdir(parents=True, exist_ok=True)
-    port = str(free_port())
-    procs = []
-    for node in (0, 1):
-        node_args = ("--num_machines", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
-                     "--main_process_port", port)  # fmt: skip
-        command = launch_command(out, 2, args, config, node_args)
-        procs.append(start(command, out / f"node{node}.log", launch_env(**env)))
     started = time.time()
-    results = [finish(proc, timeout) for proc in procs]
-    for node, (rc, log) in enumerate(results):
-        assert rc == 0, f"node {node} exited with {rc}:\n{log[-5000:]}"
+    for attempt in range(1, attempts + 1):
+        port = str(free_port())
+        procs = []
+        for node in (0, 1):
+            node_args = ("--num_machines", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
+                         "--main_process_port", port)  # fmt: skip
+            command = launch_command(out, 2, args, config, node_args)
+            procs.append(start(command, out / f"node{node}.log", launch_env(**env)))
+        results = finish_nodes(procs, timeout)
+        taken = any(rc != 0 and any(m in log for m in PORT_TAKEN) for rc, log in results)
+        if not taken or attempt == attempts:
+            break
+        print(f"port {port} was taken before node 0 bound it (launch {attempt} of {attempts}); another port")
+    # both logs: once one node fails, finish_nodes kills the other (exit -9), and the first to fail may be either
+    assert all(rc == 0 for rc, _ in results), "\n".join(
+        f"node {node} exited with {rc}:\n{log[-4000:]}" for node, (rc, log) in enumerate(results)
+    )
     print(f"two-node run: {time.time() - started:.1f} s")
     records = rank_records(out, 2)
     assert [records[r]["node"] for r in (0, 1)] == [0, 1], "both ranks ran on one node"

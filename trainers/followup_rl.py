@@ -14,7 +14,8 @@ its group. A judge error earns `None` (TRL gives that completion no advantage an
 baseline). The judge sees the turn decoded with special tokens kept, so leaked template tokens count as
 `malformed_artifact`. The heuristic judge runs offline; the LLM judge runs over HTTP and its reward is async, so TRL
 awaits the requests concurrently. Every vLLM setting (`use_vllm`, `vllm_mode: colocate|server`, `vllm_server_*`) is
-GRPOConfig's own and passes through unchanged.
+GRPOConfig's own and passes through unchanged; the weight sync into vLLM is TRL's, with the names and CPU engines
+fixed by `fic.trainers.vllm_sync`.
 
 `main(recipe)` also measures the genuine follow-up rate on the held-out contexts (`eval:` block) before and after
 training with the `eval.judge`, and records the reward curve in `OUTPUT_DIR/eval_summary.json` (`mean_reward`

@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = (
     "probe_throughput", "probe_parallel", "judge_throughput", "chunked_divergence", "vasd_vs_sft", "vasd_vs_trl",
-    "vasd_onpolicy", "vllm_vs_transformers",
+    "vasd_onpolicy", "vllm_vs_transformers", "qwen3_5_kernels",
 )  # fmt: skip
 # Benchmarks that need vLLM run on the interpreter of `.venv-vllm` (`make venv-vllm`), skipped without it.
 VLLM_PYTHON = HERE.parent / ".venv-vllm" / "bin" / "python"

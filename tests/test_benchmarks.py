@@ -35,6 +35,7 @@ FIGURES = {
     ],  # fmt: skip
     "chunked_divergence": ["peak_mem_ratio", "time_ratio", "max_abs_diff"],
     "vasd_vs_sft": ["time_ratio", "peak_mem_ratio"],
+    "qwen3_5_kernels": ["speedup", "peak_mem_ratio", "fla_loaded"],
     "vasd_vs_trl": ["time_ratio_sdft", "peak_mem_ratio_sdft", "time_ratio_distill", "peak_mem_ratio_distill"],
     "vasd_onpolicy": [
         "speedup_vs_generate",

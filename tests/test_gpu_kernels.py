@@ -34,7 +34,7 @@ def kernels(monkeypatch):
 
     def set_(installed: set[str], cuda: bool = True) -> None:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-        modules = set(modeling.LINEAR_ATTENTION_KERNELS.values())
+        modules = set(modeling.LINEAR_ATTENTION_KERNELS.values()) | {"tilelang"}
         monkeypatch.setattr(importlib.util, "find_spec",
                             lambda name, *a: (object() if name in installed else None) if name in modules
                             else real(name, *a))  # fmt: skip
@@ -73,3 +73,27 @@ def test_the_gpu_extra_names_the_kernels_the_warning_asks_for():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     named = {req.split(">")[0].split("=")[0].split("<")[0].strip() for req in extras["gpu"]}
     assert named == set(modeling.LINEAR_ATTENTION_KERNELS)
+
+
+@pytest.mark.parametrize(
+    ("capability", "triton", "tilelang", "refused"),
+    [((9, 0), "3.6.0", False, True), ((9, 0), "3.7.1", False, False), ((9, 0), "3.6.0", True, False),
+     ((8, 0), "3.6.0", False, False), ((9, 0), "3.3.1", False, False)],
+)  # fmt: skip
+def test_fla_backward_on_hopper_with_an_old_triton_is_named_at_load(tmp_path, kernels, monkeypatch, caplog,
+                                                                     capability, triton, tilelang, refused):  # fmt: skip
+    """fla 0.6.0 refuses Qwen3.5's backward on an H100 with Triton 3.6.0 (seen on a lent H100): say so at load."""
+    import importlib.metadata
+
+    path = tiny_qwen3_5(tmp_path / "qwen3_5")
+    kernels(installed={"fla", "causal_conv1d"} | ({"tilelang"} if tilelang else set()))
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: triton if name == "triton" else real_version(name))
+    with caplog.at_level(logging.WARNING, logger="fic.modeling"):
+        modeling.load_model(path, dtype="float32")
+    lines = [r.getMessage() for r in caplog.records if r.name == "fic.modeling"]
+    if refused:
+        assert len(lines) == 1 and "tilelang" in lines[0] and f"Triton {triton}" in lines[0], lines
+    else:
+        assert lines == []

@@ -86,13 +86,48 @@ def missing_kernels(config) -> list[str]:
     return [name for name, module in LINEAR_ATTENTION_KERNELS.items() if importlib.util.find_spec(module) is None]
 
 
+def broken_fla_backward(config) -> str | None:
+    """Why flash-linear-attention will refuse to train this model here, or None.
+
+    Measured on an H100 (torch 2.11.0+cu130, Triton 3.6.0, flash-linear-attention 0.6.0): a Qwen3.5 forward runs, the
+    backward raises "Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results for gated chunk_bwd_dqkwg"
+    after minutes of kernel compilation. fla's own way out: Triton >= 3.7.1, or `tilelang` installed."""
+    import importlib.metadata
+    import importlib.util
+
+    import torch
+    from packaging.version import Version
+
+    if not torch.cuda.is_available() or importlib.util.find_spec("fla") is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if "linear_attention" not in (getattr(text, "layer_types", None) or []):
+        return None
+    try:
+        triton = Version(importlib.metadata.version("triton"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    if hopper and Version("3.4.0") <= triton < Version("3.7.1") and importlib.util.find_spec("tilelang") is None:
+        return (f"flash-linear-attention refuses the gated delta-net backward on Hopper GPUs with Triton {triton} "
+                "(incorrect results below 3.7.1): pip install tilelang, or a torch whose Triton is >= 3.7.1")  # fmt: skip
+    return None
+
+
 def warn_missing_kernels(config, name: str) -> bool:
-    """One warning line when `missing_kernels(config)` is not empty; returns whether it warned."""
+    """One warning line when `missing_kernels(config)` is not empty or `broken_fla_backward(config)` says why training
+    will fail; returns whether it warned."""
+    reasons = []
     missing = missing_kernels(config)
     if missing:
-        logger.warning("%s: its linear-attention layers run on transformers' slow torch fallback (%s not installed); "
-                       "install the kernels with pip install -e '.[gpu]'", name, ", ".join(missing))  # fmt: skip
-    return bool(missing)
+        reasons.append(f"its linear-attention layers run on transformers' slow torch fallback ({', '.join(missing)} "
+                       "not installed); install the kernels with pip install -e '.[gpu]'")  # fmt: skip
+    broken = broken_fla_backward(config)
+    if broken:
+        reasons.append(broken)
+    if reasons:
+        logger.warning("%s: %s", name, "; ".join(reasons))
+    return bool(reasons)
 
 
 def resolve_model_name(name: str) -> str:
@@ -107,7 +142,7 @@ def resolve_model_name(name: str) -> str:
     if not name.startswith("tiny:"):
         return resolve_gguf_name(name) or name
     parts = name.split(":")
-    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "synthetic"))
+    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "qwen3_5", "synthetic"))
     if not arch_ok or parts[1] not in FAMILIES:
         raise ModelLoadError(
             f"model_name_or_path: {name!r} is not a tiny model name; use tiny:FAMILY or tiny:FAMILY:ARCH with FAMILY "

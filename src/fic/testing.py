@@ -196,7 +196,8 @@ def tiny_model(
 
     Args:
         family: chat-template family, one of `chatml`, `llama3`, `norole`.
-        arch: `llama` (LlamaForCausalLM) or `qwen2` (Qwen2ForCausalLM).
+        arch: `llama` (LlamaForCausalLM), `qwen2` (Qwen2ForCausalLM) or `qwen3_5` (Qwen3.5's text model: gated
+            delta-net linear-attention layers with a full-attention layer every fourth, as Qwen3.5-2B).
         hidden_size, num_layers, num_heads, intermediate_size: model shape (defaults give ~0.15M parameters).
         vocab_size: BPE vocabulary size (special tokens included).
         seed: torch seed for the random initialisation.
@@ -264,7 +265,14 @@ def random_model(
 ):
     """A random-init causal LM (seeded) sized to `tokenizer`, whose generation ends at the family's turn end."""
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        AutoModelForCausalLM,
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     common = dict(
         vocab_size=len(tokenizer),
@@ -283,8 +291,17 @@ def random_model(
         config, cls = LlamaConfig(**common), LlamaForCausalLM
     elif arch == "qwen2":
         config, cls = Qwen2Config(**common), Qwen2ForCausalLM
+    elif arch == "qwen3_5":
+        from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+
+        head_dim = hidden_size // num_heads
+        config = Qwen3_5TextConfig(
+            **common, head_dim=head_dim, linear_num_key_heads=num_heads, linear_num_value_heads=num_heads,
+            linear_key_head_dim=head_dim, linear_value_head_dim=head_dim,
+        )  # fmt: skip
+        cls = AutoModelForCausalLM.from_config
     else:
-        raise ValueError(f"arch: unknown architecture {arch!r}; valid: llama, qwen2")
+        raise ValueError(f"arch: unknown architecture {arch!r}; valid: llama, qwen2, qwen3_5")
     torch.manual_seed(seed)
     model = cls(config)
     end_ids = [tokenizer.convert_tokens_to_ids(t) for t in _family(family)["turn_end"]]

@@ -112,7 +112,9 @@ def main() -> int:
         return original_after(*args, **kwargs)
 
     followup_eval.sample_user_turns = sample_user_turns
-    for module in (heldout, collab_sft, followup_rl):
+    from fic.trainers import common
+
+    for module in (heldout, common):  # common.train_and_measure calls it
         if hasattr(module, "evaluate_after_training"):
             module.evaluate_after_training = evaluate_after_training
 
@@ -218,8 +220,6 @@ def main() -> int:
                     rank, step = (int(x) for x in at.split(":"))
                     if state.global_step == step and PartialState().process_index == rank:
                         os.kill(os.getpid(), signum)
-
-    from fic.trainers import common
 
     original_callbacks = common.default_callbacks
 

@@ -91,9 +91,3 @@ def test_shipped_recipes_use_the_nested_keys():
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
         text = path.read_text()
         assert not any(old in text for old in EvalConfig.deprecated_keys()), path.name
-
-
-def test_train_py_prints_the_deprecation_line_once(capsys):
-    assert train.main(["recipe=fic_tiny", "--plan", "eval.lic_limit=3"]) == 0
-    err = capsys.readouterr().err
-    assert err.count("warning: eval.lic_limit is deprecated: use eval.lic.limit") == 1

@@ -145,22 +145,22 @@ def test_config_checks_and_vllm_settings_pass_through():
         FollowupRLConfig(output_dir="/tmp/x", rewards=["nope"], bf16=False)
     with pytest.raises(ValueError, match="reward_judge_base_url and reward_judge_model"):
         FollowupRLConfig(output_dir="/tmp/x", reward_judge="llm", bf16=False)
-    recipe, module = train.load([
+    recipe, method = train.load([
         "recipe=followup_rl_tiny", "use_vllm=true", "vllm_mode=server", "vllm_server_base_url=http://gpu:8000",
         "penalties.new_task_prompt=-0.75", "reward_judge=llm", "reward_judge_base_url=http://judge:8001/v1",
         "reward_judge_model=Qwen/Qwen3-8B",
     ])  # fmt: skip
-    args = recipe.get(module.CONFIG_CLASS)
+    args = recipe.get(method.config_class())
     assert (args.use_vllm, args.vllm_mode, args.vllm_server_base_url) == (True, "server", "http://gpu:8000")
     assert args.penalties["new_task_prompt"] == -0.75 and args.reward_judge_model == "Qwen/Qwen3-8B"
     with pytest.raises(ValueError, match="unknown key 'reward'"):
         train.load(["recipe=followup_rl_tiny", "reward=followup"])
     with pytest.raises(ValueError, match=r"reward_form: invalid value 'sparse' \(expected one of absolute \| dense"):
-        train.load(["recipe=followup_rl_tiny", "reward_form=sparse"])[0].get(module.CONFIG_CLASS)
+        train.load(["recipe=followup_rl_tiny", "reward_form=sparse"])[0].get(method.config_class())
     with pytest.raises(ValueError, match="reward_form: unknown form 'sparse'; valid: absolute, dense, group_relative"):
         FollowupRLConfig(output_dir="/tmp/x", reward_form="sparse", bf16=False)
     with pytest.raises(ValueError, match="penalties.new_task_prompt=0.5 pays a failure"):
-        train.load(["recipe=followup_rl_tiny", "penalties.new_task_prompt=0.5"])[0].get(module.CONFIG_CLASS)
+        train.load(["recipe=followup_rl_tiny", "penalties.new_task_prompt=0.5"])[0].get(method.config_class())
     with pytest.raises(ValueError, match="reward_form=dense does not use them"):
         FollowupRLConfig(output_dir="/tmp/x", reward_form="dense", penalties={"meta_planning": -1.0}, bf16=False)
     with pytest.raises(ValueError, match="reward_hacking_window=1"):
@@ -171,8 +171,8 @@ def test_config_checks_and_vllm_settings_pass_through():
 def test_recipes_pay_every_failure_alike(recipe):
     import train
 
-    loaded, module = train.load([f"recipe={recipe}", "bf16=false", "use_vllm=false"])  # the GPU recipe, on CPU
-    args = loaded.get(module.CONFIG_CLASS)
+    loaded, method = train.load([f"recipe={recipe}", "bf16=false", "use_vllm=false"])  # the GPU recipe, on CPU
+    args = loaded.get(method.config_class())
     assert args.reward_form == "absolute" and not args.reward_allow_ranked_failures
     assert len({args.penalties.get(label, 0.0) for label in rewards.FAILURE_LABELS}) == 1
 

@@ -32,17 +32,8 @@ from fic.data.followups import (
 from fic.judges import JUDGE_KINDS, JudgeKind, make_judge
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
 from fic.recipe import RecipeError
-from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
-from fic.trainers.heldout import (
-    check_heldout_judge,
-    eval_judge,
-    evaluate_after_training,
-    evaluate_followups,
-    heldout_contexts,
-    heldout_records,
-    load_training_records,
-    training_precision,
-)
+from fic.trainers.common import check_recipe_data, default_callbacks, prepare, train_and_measure
+from fic.trainers.heldout import heldout_contexts, heldout_records, load_training_records
 from fic.trainers.plan import MethodPlan
 
 logger = logging.getLogger(__name__)
@@ -228,49 +219,30 @@ def check_recipe(recipe) -> None:
 def main(recipe) -> None:
     start = time.time()
     check_recipe(recipe)
-    run = prepare(recipe, CONFIG_CLASS)
+    run = prepare(recipe, CollabSFTConfig)
     args = run.args
-    # The evaluations before and after training are split across the ranks (each answers and judges its share), so no
-    # rank waits for the main process at a collective (the trainer's first one, the end of the launch).
+    """Build the training conversations and the held-out contexts, then `train_and_measure`: the genuine follow-up
+    rate before, training, the rate after, `OUTPUT_DIR/eval_summary.json`."""
     records = heldout_records(run.eval)
     allow_test = bool(recipe.raw.get("train_on_test"))
     rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval, allow_test)
     heldout = heldout_contexts(records, run.eval, run.model, run.tokenizer)
     logger.info("training on %d conversations; %d held-out contexts", len(rows), len(heldout))
-    judge = eval_judge(run.eval) if heldout else None
-    overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
-    with training_precision(args):
-        before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
-    trainer = CollabSFTTrainer(
-        model=run.model,
-        args=args,
-        train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
-        processing_class=run.tokenizer,
-        peft_config=run.peft_config,
-        callbacks=default_callbacks(run),
-    )
-    train_result = trainer.train(resume_from_checkpoint=resume_point(args))
-    trainer.save_model(args.output_dir)
-    after = evaluate_after_training(trainer, run, heldout, judge)  # on every rank, each its share
-    if not trainer.is_world_process_zero():
-        return
-    write_summary(
-        args.output_dir,
-        before,
-        after,
-        judge_overlap=overlap,
-        method="collab_sft",
-        train_on=args.train_on,
-        data=data_summary,
-        heldout={
-            "contexts": len(heldout),
-            "datasets": run.eval.datasets,
-            "answers": run.eval.responses,
-            "judge": getattr(judge, "name", None),
-        },
-        train_loss=train_result.training_loss,
-        wall_s=round(time.time() - start, 1),
-    )
+
+    def make_trainer():
+        return CollabSFTTrainer(
+            model=run.model,
+            args=args,
+            train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]),
+            processing_class=run.tokenizer,
+            peft_config=run.peft_config,
+            callbacks=default_callbacks(run),
+        )
+
+    def summary(trainer, output, before, after) -> dict:
+        return {"train_on": args.train_on, "data": data_summary, "train_loss": output.training_loss}
+
+    train_and_measure(run, "collab_sft", records, heldout, make_trainer, summary, start)
 
 
 def _plan_reads(args: CollabSFTConfig, eval_config) -> list[tuple]:
@@ -289,6 +261,5 @@ def _plan_rows(args: CollabSFTConfig, items: list) -> int | None:
     return real + contexts * args.followups_per_context
 
 
-CONFIG_CLASS = CollabSFTConfig
 PLAN = MethodPlan(reads=_plan_reads, drops_heldout=True, train_rows=_plan_rows,
                   rows_note=" (at most: judged follow-ups)", evaluations_outside_saves=2)  # fmt: skip

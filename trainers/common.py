@@ -1,9 +1,9 @@
-"""Setup every fic trainer shares, so no trainer copies it: tracking, model + tokenizer + LoRA, summaries.
+"""Setup every fic method shares, so no method copies it: tracking, model + tokenizer + LoRA, summaries, and the
+skeleton of a method measured on held-out follow-ups.
 
-A trainer module exposes `CONFIG_CLASS` (its `<Method>Config`), `main(recipe)` and optionally `check_recipe(recipe)`
-(what `main` needs from the recipe, which `train.py` checks before any model loads); `main` calls `prepare(recipe)`
-for the pieces, builds its data, runs its TRL trainer, and writes `OUTPUT_DIR/eval_summary.json` with
-`write_summary` when it measures before/after.
+A method's `main(recipe)` (`fic.trainers.methods`) calls `prepare(recipe, <Method>Config)` for the pieces and builds
+its data and its TRL trainer; `train_and_measure` then runs the held-out evaluation before, the training, the
+evaluation after and writes `OUTPUT_DIR/eval_summary.json` (`write_summary`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,10 @@ from fic.followup_summary import compare
 from fic.jsonl import write_rows
 from fic.modeling import ModelArguments, load_model_and_tokenizer, peft_config
 from fic.recipe import Recipe, RecipeError
-from fic.tracking import SECRET_MARKERS, configure_wandb, public_config  # noqa: F401  (re-exported)
+from fic.tracking import configure_wandb
 
 from .callbacks import EvalCallback, WatchCommandCallback
+from .heldout import check_heldout_judge, eval_judge, evaluate_after_training, evaluate_followups, training_precision
 from .preemption import PreemptionCallback
 
 logger = logging.getLogger(__name__)
@@ -126,6 +129,50 @@ def write_summary(output_dir: str | Path, before: dict, after: dict, **extra) ->
     os.replace(tmp, path)
     logger.info("wrote %s", path)
     return path
+
+
+def train_and_measure(
+    run: Run,
+    method: str,
+    records: list,
+    heldout: list[dict],
+    make_trainer: Callable[[], Any],
+    summary: Callable[[Any, Any, dict, dict], dict],
+    start: float,
+) -> None:
+    """The skeleton of a method measured on held-out follow-ups: the genuine follow-up rate of the model before
+    training on the `heldout` contexts (`fic.trainers.heldout`, with the `eval:` block's judge, refused when the
+    held-out items overlap the judge's fit), training (resumed where the recipe says) and the final save, the same
+    rate of the trained model, and `OUTPUT_DIR/eval_summary.json` written by the main process.
+
+    Every rank calls this; each samples and judges its share of the contexts before and after training, so every
+    rank makes the same collectives and none waits alone at the trainer's first one or at the end of the launch.
+
+    Args:
+        run: what `prepare` returned.
+        method: the method's registered name, the summary's `method`.
+        records: the held-out items (`heldout_records`), checked against the judge's fit.
+        heldout: their contexts (`heldout_contexts`); with none, nothing is evaluated and `before` / `after` are `{}`.
+        make_trainer: `() -> Trainer`, called once the evaluation before training is done.
+        summary: `(trainer, train_output, before, after) -> dict`: the method's own summary fields (it may add to the
+            `before` / `after` dicts, e.g. follow-up RL's `mean_reward`); called on the main process only.
+        start: `time.time()` when the run began, for `wall_s`.
+    """
+    judge = eval_judge(run.eval) if heldout else None
+    overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
+    with training_precision(run.args):
+        before = evaluate_followups(run.model, run.tokenizer, heldout, run.eval, judge) if heldout else {}
+    trainer = make_trainer()
+    output = trainer.train(resume_from_checkpoint=resume_point(run.args))
+    trainer.save_model(run.args.output_dir)
+    after = evaluate_after_training(trainer, run, heldout, judge)  # on every rank, each its share
+    if not trainer.is_world_process_zero():
+        return
+    fields = summary(trainer, output, before, after)
+    measured = {"contexts": len(heldout), "datasets": run.eval.datasets, "answers": run.eval.responses,
+                "judge": getattr(judge, "name", None)}  # fmt: skip
+    write_summary(run.args.output_dir, before, after, judge_overlap=overlap, method=method, heldout=measured,
+                  **fields, wall_s=round(time.time() - start, 1))  # fmt: skip
 
 
 def default_callbacks(run: Run) -> list:

@@ -41,18 +41,8 @@ from fic.distributed import map_across_ranks
 from fic.followup_eval import probe_prompts
 from fic.judges import JUDGE_KINDS, LABELS, ContrastiveJudge, JudgeKind, make_judge
 from fic.recipe import RecipeError
-from fic.trainers.common import check_recipe_data, default_callbacks, prepare, resume_point, write_summary
-from fic.trainers.heldout import (
-    check_heldout_judge,
-    eval_judge,
-    evaluate_after_training,
-    evaluate_followups,
-    heldout_contexts,
-    heldout_records,
-    load_training_records,
-    local_backend,
-    training_precision,
-)
+from fic.trainers.common import check_recipe_data, default_callbacks, prepare, train_and_measure
+from fic.trainers.heldout import heldout_contexts, heldout_records, load_training_records, local_backend
 from fic.trainers.plan import MethodPlan
 from fic.trainers.reward_hacking import RewardHackingCallback, hacking_windows, reward_hacking_summary
 from fic.trainers.rewards import REWARD_FORMS, REWARDS, RewardForm, check_penalties, check_reward_form, get_reward
@@ -238,14 +228,15 @@ def check_recipe(recipe) -> None:
     check_recipe_data(recipe, contexts=args.contexts)
 
 
+    """Build the held-out and the training contexts, then `train_and_measure`: the genuine follow-up rate before,
+    GRPO, the rate after, `OUTPUT_DIR/eval_summary.json` with the reward curve and its reward-hacking check."""
 def main(recipe) -> None:
     start = time.time()
     check_recipe(recipe)
-    run = prepare(recipe, CONFIG_CLASS)
+    run = prepare(recipe, FollowupRLConfig)
     args, tokenizer = run.args, run.tokenizer
-    # Work before training is split across the ranks and shared (map_across_ranks): the held-out contexts, the
-    # model's answers to the training contexts (generated once, not once per rank) and the evaluation before training,
-    # so no rank waits for another at the trainer's first collective; the evaluation after training is split too.
+    # Work before training is split across the ranks and shared (map_across_ranks): the held-out contexts and the
+    # model's answers to the training contexts (generated once, not once per rank), so no rank waits for another.
     records = heldout_records(run.eval)
     heldout = heldout_contexts(records, run.eval, run.model, tokenizer)
     backend = local_backend(run.model, tokenizer) if args.context_answers == "model" else None
@@ -264,39 +255,31 @@ def main(recipe) -> None:
     logger.info(
         "%d training contexts (%d held-out overlaps dropped), %d held-out", len(contexts), dropped, len(heldout)
     )
-    judge = eval_judge(run.eval) if heldout else None
-    overlap = check_heldout_judge(records, run.eval, judge) if heldout else None
-    with training_precision(args):
-        before = evaluate_followups(run.model, tokenizer, heldout, run.eval, judge) if heldout else {}
-    trainer = FollowupRLTrainer(
-        model=run.model,
-        reward_funcs=build_rewards(args, tokenizer),
-        args=args,
-        train_dataset=Dataset.from_list(prompt_rows(tokenizer, contexts)),
-        processing_class=tokenizer,
-        peft_config=run.peft_config,
-        callbacks=[*default_callbacks(run), RewardHackingCallback(args.reward_hacking_window)],
-    )
-    trainer.train(resume_from_checkpoint=resume_point(args))
-    trainer.save_model(args.output_dir)
-    after = evaluate_after_training(trainer, run, heldout, judge)  # on every rank, each its share
-    if not trainer.is_world_process_zero():
-        return
-    curve = reward_curve(trainer.state.log_history)
-    first, last = curve_ends(curve)
-    before["mean_reward"], after["mean_reward"] = first, last
-    write_summary(
-        args.output_dir, before, after, judge_overlap=overlap,
-        method="followup_rl", reward_curve=curve, rewards=args.rewards, penalties=args.penalties,
-        reward_form=args.reward_form, reward_hacking=reward_hacking_summary(curve, args.reward_hacking_window),
-        reward_judge=args.reward_judge, train_contexts=len(contexts), dropped_heldout_overlap=dropped,
-        heldout={"contexts": len(heldout), "datasets": run.eval.datasets, "answers": run.eval.responses,
-                 "judge": getattr(judge, "name", None)},
-        wall_s=round(time.time() - start, 1),
-    )  # fmt: skip
+
+    def make_trainer():
+        return FollowupRLTrainer(
+            model=run.model,
+            reward_funcs=build_rewards(args, tokenizer),
+            args=args,
+            train_dataset=Dataset.from_list(prompt_rows(tokenizer, contexts)),
+            processing_class=tokenizer,
+            peft_config=run.peft_config,
+            callbacks=[*default_callbacks(run), RewardHackingCallback(args.reward_hacking_window)],
+        )
+
+    def summary(trainer, output, before, after) -> dict:
+        """The reward curve (`mean_reward` before = its first quarter, after = its last) and its hacking check."""
+        curve = reward_curve(trainer.state.log_history)
+        before["mean_reward"], after["mean_reward"] = curve_ends(curve)
+        return dict(
+            reward_curve=curve, rewards=args.rewards, penalties=args.penalties, reward_form=args.reward_form,
+            reward_hacking=reward_hacking_summary(curve, args.reward_hacking_window), reward_judge=args.reward_judge,
+            train_contexts=len(contexts), dropped_heldout_overlap=dropped,
+        )  # fmt: skip
+
+    train_and_measure(run, "followup_rl", records, heldout, make_trainer, summary, start)
 
 
-CONFIG_CLASS = FollowupRLConfig
 PLAN = MethodPlan(
     reads=lambda args, eval_config: [("train", "contexts", s, args.context_limit) for s in args.contexts],
     drops_heldout=True, unit="completions", per_row=lambda args: args.num_generations, evaluations_outside_saves=2,

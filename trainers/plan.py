@@ -28,6 +28,7 @@ from fic.errors import FicError
 from fic.eval_config import EvalConfig
 from fic.judges import make_judge
 from fic.judges.provenance import overlap, overlap_line
+from fic.trainers.methods import get_method
 from fic.trainers.plan_cost import TOKENS_PER_SECOND, time_lines
 
 
@@ -140,8 +141,8 @@ def datasets(recipe, plan: MethodPlan) -> list[DataPlan]:
 
 
 def method_args(recipe):
-    """The method's own config (its `<Method>Config`) among the recipe's parsed dataclasses."""
-    return next(c for k, c in recipe.configs.items() if k.__name__.endswith("Config") and k is not EvalConfig)
+    """The method's own config (its `<Method>Config`, named by its row in `fic.trainers.methods`)."""
+    return recipe.get(get_method(recipe.method).config_class())
 
 
 def check(recipe, items: list[DataPlan], plan: MethodPlan) -> list[str]:
@@ -255,13 +256,13 @@ def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
     ]
 
 
-def make_plan(recipe, processes: int, module, tokens_per_second: float = TOKENS_PER_SECOND) -> str:
-    """The plan as text for `recipe` of the method in `module` (its `PLAN`); raises `PlanError` on a test split in
-    training or train/eval overlap. `tokens_per_second`: the generation rate per process the evaluation time assumes
-    (`fic.trainers.plan_cost`)."""
+def make_plan(recipe, processes: int, method, tokens_per_second: float = TOKENS_PER_SECOND) -> str:
+    """The plan as text for `recipe` of `method` (a `fic.trainers.methods.Method`: its module's `PLAN`); raises
+    `PlanError` on a test split in training or train/eval overlap. `tokens_per_second`: the generation rate per process
+    the evaluation time assumes (`fic.trainers.plan_cost`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    plan: MethodPlan = module.PLAN
+    plan: MethodPlan = method.plan()
     args = method_args(recipe)
     items = datasets(recipe, plan)
     notes = check(recipe, items, plan)

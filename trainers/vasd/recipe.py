@@ -1,6 +1,7 @@
 """The `method: vasd` recipe entry point: build VASD rows from the recipe's data, train, measure, summarise.
 
-`train.py` imports this module (`CONFIG_CLASS`, `main`); the trainer itself lives in `fic.trainers.vasd.trainer`.
+The `vasd` row of `fic.trainers.methods` names this module (`check_recipe`, `main`, `PLAN`) and `VASDConfig`; the
+trainer itself lives in `fic.trainers.vasd.trainer`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from fic.trainers.vasd.trainer import VASDConfig, VASDTrainer
 
 logger = logging.getLogger(__name__)
 
-CONFIG_CLASS = VASDConfig
 # The paper's result as a ratio, P_sharded(after) >= 0.92 P_full; checked on the recovery scale (`recovery_target`).
 PAPER_SHARDED_OVER_FULL = 0.92
 

@@ -230,6 +230,8 @@ def main(recipe) -> None:
     )  # fmt: skip
     result = trainer.train(resume_from_checkpoint=resume_point(args))
     trainer.save_model(args.output_dir)
+    if not trainer.is_world_process_zero():  # one writer: the ranks would race on the same temporary file
+        return
     write_summary(
         args.output_dir, {}, {}, method="vasd", rows=len(rows), train_loss=result.training_loss,
         wall_s=round(time.time() - start, 1),

@@ -217,12 +217,12 @@ def check_recipe(recipe) -> None:
 
 
 def main(recipe) -> None:
+    """Build the training conversations and the held-out contexts, then `train_and_measure`: the genuine follow-up
+    rate before, training, the rate after, `OUTPUT_DIR/eval_summary.json`."""
     start = time.time()
     check_recipe(recipe)
     run = prepare(recipe, CollabSFTConfig)
     args = run.args
-    """Build the training conversations and the held-out contexts, then `train_and_measure`: the genuine follow-up
-    rate before, training, the rate after, `OUTPUT_DIR/eval_summary.json`."""
     records = heldout_records(run.eval)
     allow_test = bool(recipe.raw.get("train_on_test"))
     rows, data_summary = training_conversations(args, [r.messages for r in records], run.eval, allow_test)

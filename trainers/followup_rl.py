@@ -228,9 +228,9 @@ def check_recipe(recipe) -> None:
     check_recipe_data(recipe, contexts=args.contexts)
 
 
+def main(recipe) -> None:
     """Build the held-out and the training contexts, then `train_and_measure`: the genuine follow-up rate before,
     GRPO, the rate after, `OUTPUT_DIR/eval_summary.json` with the reward curve and its reward-hacking check."""
-def main(recipe) -> None:
     start = time.time()
     check_recipe(recipe)
     run = prepare(recipe, FollowupRLConfig)

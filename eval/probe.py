@@ -39,7 +39,7 @@ from fic.followup_eval import judge_with_floor, turn_rows
 from fic.followup_summary import SEED_FLOOR, flat_metrics, row_key
 from fic.generation import SamplingParams, get_backend
 from fic.jsonl import check_settings, write_json
-from fic.judges import DEFAULT_JUDGE, make_judge
+from fic.judges import DEFAULT_JUDGE, JudgeSettings, make_judge
 from fic.judges.provenance import check_overlap, judge_provenance, overlap_line, prompt_hash
 from fic.judges.validity import judge_validity, validity_line
 from fic.modeling import load_tokenizer
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     perturbations = parse_list("--perturbations", args.perturbations, valid=PERTURBATIONS)
     for spec in datasets:  # unknown names, missing files and malformed rows fail here, before a model loads
         load_source(spec, limit=args.limit)
-    judge = make_judge(args.judge, base_url=args.judge_base_url, model=args.judge_model, contrast=args.contrast)
+    judge = JudgeSettings.from_args(args).build()
     check_items(judge, datasets, args.limit, args.allow_judge_overlap, args.outside_judge_fit)  # before a model loads
     state = launch_state()  # under `accelerate launch` / torchrun: one group, the work split over its processes
     backend = get_backend(backend_name(args), model=args.model, **backend_kwargs(args, state))
@@ -372,9 +372,7 @@ def evaluate(backend, tokenizer, config, out_dir: Path, model_path=None, progres
              split: bool = False) -> dict[str, float]:  # fmt: skip
     """The probe as a registered evaluation (`fic.evaluations`): `run_probe` under the `eval:` block, flat metrics.
     `split`: every process of the launch calls this and runs its share (`run_probe(split=True)`)."""
-    judge = make_judge(
-        config.judge, base_url=config.judge_base_url, model=config.judge_model, contrast=config.judge_contrast
-    )
+    judge = config.judge_settings().build()
     summary = run_probe(
         backend, tokenizer, list(config.datasets), out_dir, temperatures=config.temperatures, samples=config.samples,
         perturbations=config.perturbations, judge=judge, limit=config.limit, max_new_tokens=config.max_new_tokens,

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_judge_classifier import ROOT, item_folds, rules_and_features  # noqa: E402
 
 from fic.judges import Case  # noqa: E402
-from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig, get_encoder  # noqa: E402
+from fic.judges.heuristic import HeuristicJudge, get_encoder  # noqa: E402
 from fic.metrics import cohen_kappa  # noqa: E402
 
 
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     from sklearn.preprocessing import StandardScaler
 
     rows, cases, verdicts, opened = rules_and_features(args.labels, args.shared)
-    judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+    judge = HeuristicJudge()
     y = np.array([bool(r["genuine"]) for r in rows])
     rules = {i: v.genuine for i, v in enumerate(verdicts)}
     pool = [i for i, r in enumerate(rows) if r["split"] in ("train", "dev")]

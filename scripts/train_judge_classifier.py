@@ -26,8 +26,9 @@ import numpy as np
 
 from fic.judges import Case
 from fic.judges.classifier import CONTEXT_FEATURES, FEATURES, FollowupClassifier, fit
-from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
+from fic.judges.heuristic import HeuristicJudge
 from fic.judges.labels import GENUINE_FOLLOWUP
+from fic.judges.learned import LearnedJudge
 from fic.judges.provenance import item_key, prompt_hash
 from fic.metrics import agreement, cohen_kappa
 
@@ -173,7 +174,7 @@ def rules_and_features(labels: str | Path, shared: str | Path | None):
     the rules leave open (`{row index: vector}`): what both this script and `judge_ablations.py` start from."""
     rows = labelled_rows(labels, shared)
     cases = [Case(r["messages"], r["user_turn"]) for r in rows]
-    verdicts, open_cases = HeuristicJudge(HeuristicJudgeConfig(classifier=None)).rule_verdicts(cases, features=True)
+    verdicts, open_cases = HeuristicJudge().rule_verdicts(cases, features=True)
     return rows, cases, verdicts, dict(open_cases)
 
 
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, cases, rule_verdicts, features = rules_and_features(label_files, args.mt_bench)
     columns = [FEATURES.index(name) for name in purpose["features"]]
     features = {i: [row[c] for c in columns] for i, row in features.items()}
-    rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+    rules = HeuristicJudge()
     # Items make reproduce evaluates leave every fit: their labelled turns join the held-out ones that measure the
     # judge (`excluded`), constructed cases built on them are dropped.
     excluded = excluded_items(args.mt_bench)
@@ -249,14 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def decide(model: FollowupClassifier, idx: list[int]):
-        judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
-        judge.classifier = model
+        judge = LearnedJudge(model)
         verdicts = [rule_verdicts[i] for i in idx]
         opened = [k for k, i in enumerate(idx) if i in features]
         if opened:
             x = np.asarray([features[idx[k]] for k in opened])
             for k, p, failure in zip(opened, model.p_genuine(x), model.failure_labels(x)):
-                verdicts[k] = judge._learned_verdict(rule_verdicts[idx[k]], float(p), failure)
+                verdicts[k] = judge.learned_verdict(rule_verdicts[idx[k]], float(p), failure)
         return verdicts
 
     # Grouped cross-validation on train + dev: every item's samples sit in one fold.
@@ -273,12 +273,11 @@ def main(argv: list[str] | None = None) -> int:
             x = np.asarray([features[i] for i in opened])
             p_cv.update(zip(opened, model.p_genuine(x)))
             fail_cv.update(zip(opened, model.failure_labels(x)))
-        judge = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
         order = [i for f in folds for i in f]
         for keep in KEEP_SURE_GENUINE:
             for threshold in THRESHOLDS:
-                judge.classifier = FollowupClassifier(model.genuine, model.failure, threshold, keep)
-                verdicts = [judge._learned_verdict(rule_verdicts[i], float(p_cv[i]), fail_cv[i]) if i in p_cv
+                judge = LearnedJudge(FollowupClassifier(model.genuine, model.failure, threshold, keep))
+                verdicts = [judge.learned_verdict(rule_verdicts[i], float(p_cv[i]), fail_cv[i]) if i in p_cv
                             else rule_verdicts[i] for i in order]  # fmt: skip
                 f = figures(pool_rows, [v.label for v in verdicts], [v.genuine for v in verdicts],
                             [v.confidence for v in verdicts])  # fmt: skip
@@ -349,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            "judge_genuine_rate")}}  # fmt: skip
     model.meta["fitted_items"] = fitted
     model.save(args.out)
-    fitted_judge = HeuristicJudge(HeuristicJudgeConfig(classifier=args.out))
+    fitted_judge = LearnedJudge(args.out)
     rules_heldout = [rule_verdicts[i] for i in heldout]
     # One validation file for every shipped judge: this purpose's entries replace their own earlier ones only.
     kind = purpose["judge"]

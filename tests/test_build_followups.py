@@ -6,9 +6,10 @@ import re
 
 import pytest
 
+from fic import cli_followups
 from fic.data import DataError, Record, load_source
 from fic.data import followups as fu
-from fic.judges import Verdict
+from fic.judges import JudgeSettings, Verdict
 
 CONTEXT = [
     {"role": "user", "content": "Tom has 5 apples and buys 3 more. How many apples does he have?"},
@@ -120,18 +121,18 @@ def test_drop_overlap_uses_the_first_user_message():
 
 def parse(argv):
     parser = argparse.ArgumentParser()
-    fu.add_arguments(parser)
+    cli_followups.add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("fic.data.followups.make_judge", lambda *a, **k: RuleJudge())
+    monkeypatch.setattr(JudgeSettings, "build", lambda self, **k: RuleJudge())
     out = tmp_path / "followups" / "followups.jsonl"
     args = parse([
         "--contexts", f"gsm8k:{shared_data}/gsm8k/test.jsonl", "--real", f"healthbench:{shared_data}/healthbench/oss_eval_first30.jsonl",
         "--limit", "8", "--model", "tiny:chatml", "--samples", "2", "--max-new-tokens", "12", "--out", str(out.parent),
     ])  # fmt: skip
-    assert fu.run(args) == 0
+    assert cli_followups.run(args) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     summary = json.loads((out.parent / "summary.json").read_text())
     assert json.loads(capsys.readouterr().out) == summary
@@ -148,18 +149,18 @@ def test_cli_samples_with_a_model_judges_and_writes_an_sft_set(shared_data, tmp_
 
 def test_cli_errors_name_the_fix(tmp_path):
     with pytest.raises(DataError, match="nothing to build"):
-        fu.build(parse(["--out", str(tmp_path / "o")]))
+        cli_followups.build(parse(["--out", str(tmp_path / "o")]))
     contexts = tmp_path / "contexts.jsonl"
     contexts.write_text(json.dumps({"question": "Tom has 3 apples and buys 2. How many?", "answer": "#### 5"}) + "\n")
     with pytest.raises(DataError, match="--model"):
-        fu.build(parse(["--contexts", f"gsm8k:{contexts}", "--out", str(tmp_path / "o")]))
+        cli_followups.build(parse(["--contexts", f"gsm8k:{contexts}", "--out", str(tmp_path / "o")]))
 
 
 def test_cli_is_routed_by_fic():
     from fic.cli import commands
 
     module, add, run, _ = commands()["build-followups"]
-    assert module == "fic.data.followups" and add == "add_arguments" and run == "run"
+    assert module == "fic.cli_followups" and add == "add_arguments" and run == "run"
 
 
 @pytest.mark.slow
@@ -168,6 +169,6 @@ def test_templates_with_the_heuristic_judge(shared_data, tmp_path):
     out = tmp_path / "t"
     args = parse(["--contexts", f"gsm8k:{shared_data}/gsm8k/test.jsonl", "--limit", "12", "--candidates", "templates",
                   "--samples", "3", "--judge", "heuristic", "--out", str(out)])  # fmt: skip
-    rows, summary = fu.build(args)
+    rows, summary = cli_followups.build(args)
     assert summary["sampled"]["candidates"] == 36 and summary["sampled"]["judge"] == "heuristic"
     assert 0 < len(rows) <= 12 and all(r["origin"] == "template" for r in rows)

@@ -192,7 +192,7 @@ def test_real_lic_evaluation_of_a_lora_run(base_path, tmp_path, monkeypatch):
     _save(lora_model(base_path), AutoTokenizer.from_pretrained(base_path), run / "checkpoint-5")
     (run / "eval").mkdir(parents=True)
     (run / "eval" / "config.json").write_text(json.dumps({
-        "enabled": True, "evaluations": ["lic"], "lic_limit": 2, "lic_max_new_tokens": 8, "lic_modes": ["full", "sharded"],
+        "enabled": True, "evaluations": ["lic"], "lic": {"limit": 2, "max_new_tokens": 8, "modes": ["full", "sharded"]},
         "judge_base_url": "https://user:pw-secret-999@judge.example/v1",
     }))  # fmt: skip
     assert cli.main(["eval-checkpoints", str(run)]) == 0

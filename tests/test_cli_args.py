@@ -1,4 +1,4 @@
-"""One CLI vocabulary: shared flags, defaults from `EvalConfig` shown in `-h`, old spellings still parsed, `--version`,
+"""One CLI vocabulary: shared flags, defaults from `EvalConfig` shown in `-h`, old spellings refused, `--version`,
 `fic sources`, and `train.py --help-keys` grouped by owner."""
 
 import argparse
@@ -48,20 +48,29 @@ def test_help_shows_defaults_and_hides_old_spellings():
 @pytest.mark.parametrize(
     ("command", "argv", "dest", "value"),
     [
-        ("build-followups", ["--n", "3", "--out", "o"], "samples", 3),
-        ("build-followups", ["--answers", "model", "--out", "o"], "responses", "model"),
-        ("build-followups", ["--answer-tokens", "9", "--out", "o"], "response_tokens", 9),
         ("regret", ["--scenario", "products", "--policy", "reference", "--seed", "0", "--episodes", "7",
                     "--out", "o"], "limit", 7),
-        ("regret", ["--scenario", "products", "--policy", "reference", "--seed", "0", "--user", "rule",
-                    "--out", "o"], "user", "rules"),
         ("bag", ["--model", "m", "--seed", "0", "--items", "5", "--out", "o"], "limit", 5),
-        ("lic", ["--model", "m", "--user", "rule", "--out", "o"], "user", "rules"),
-        ("judge", ["in.jsonl", "--base-url", "http://x/v1", "--model", "j", "--out", "o"], "judge_model", "j"),
     ],
 )  # fmt: skip
 def test_old_spellings_still_parse(command, argv, dest, value):
+    """The two aliases eval/clarify still passes (`aliases=`); every other old spelling is gone (no release)."""
     assert getattr(parser_for(command).parse_args(argv), dest) == value
+
+
+@pytest.mark.parametrize(
+    ("command", "argv"),
+    [
+        ("build-followups", ["--n", "3", "--out", "o"]),
+        ("build-followups", ["--answers", "model", "--out", "o"]),
+        ("build-followups", ["--answer-tokens", "9", "--out", "o"]),
+        ("lic", ["--model", "m", "--user", "rule", "--out", "o"]),
+        ("judge", ["in.jsonl", "--base-url", "http://x/v1", "--model", "j", "--out", "o"]),
+    ],
+)  # fmt: skip
+def test_removed_spellings_are_refused(command, argv):
+    with pytest.raises(SystemExit):
+        parser_for(command).parse_args(argv)
 
 
 def test_same_idea_same_flag():

@@ -94,11 +94,11 @@ def test_learned_confidence_is_symmetric_about_its_threshold():
     rule = Verdict(label="new_task_prompt", confidence=0.6, rationale="r", judge="heuristic")
 
     def confidence(p: float) -> float:
-        return judge._learned_verdict(rule, p, "new_task_prompt").confidence
+        return judge.learned_verdict(rule, p, "new_task_prompt").confidence
 
     assert confidence(threshold) == pytest.approx(0.5)
     assert confidence(1.0) == pytest.approx(0.95) == confidence(0.0)
-    assert judge._learned_verdict(rule, 1.0, "new_task_prompt").genuine
+    assert judge.learned_verdict(rule, 1.0, "new_task_prompt").genuine
     mid_above, mid_below = (threshold + 1) / 2, threshold / 2
     assert confidence(mid_above) == pytest.approx(confidence(mid_below))
 

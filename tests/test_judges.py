@@ -537,9 +537,9 @@ def test_pointer_sources_say_where_what_a_turn_points_at_comes_from():
 
 def test_classifier_features_carry_the_answer_against_unrelated_answers(heuristic):
     from fic.judges.classifier import FEATURES
-    from fic.judges.heuristic import HeuristicJudge, HeuristicJudgeConfig
+    from fic.judges.heuristic import HeuristicJudge
 
-    rules = HeuristicJudge(HeuristicJudgeConfig(classifier=None))
+    rules = HeuristicJudge()
     context = [{"role": "user", "content": "How do I keep basil alive indoors?"},
                {"role": "assistant", "content": "Give basil six hours of sun, water when the top inch is dry, and "
                                                 "pinch off the flower buds so the leaves keep growing."}]  # fmt: skip

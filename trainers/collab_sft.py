@@ -29,7 +29,7 @@ from fic.data.followups import (
     rejection_sample,
     template_followups,
 )
-from fic.judges import JUDGE_KINDS, JudgeKind, make_judge
+from fic.judges import TRAINING_JUDGE, JudgeKind, JudgeSettings
 from fic.masks import IGNORE_INDEX, TRAIN_ON, check_train_on, turn_masks
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, train_and_measure
@@ -59,9 +59,14 @@ class CollabSFTConfig(SFTConfig):
             Template candidates per context.
         followups_per_context (`int`, defaults to `1`):
             Genuine follow-ups kept per context.
-        followup_judge (`str`, defaults to `"heuristic"`):
-            Judge that filters the template candidates: `heuristic`, `llm` or `cascade` (the last two use the
-            `eval.judge_base_url` / `eval.judge_model` endpoint).
+        followup_judge (`str`, defaults to `"strict"`):
+            Judge that filters the template candidates, a key of `fic.judges.JUDGES`: `strict` (the judge of
+            training signals), `learned`, `heuristic`, or `llm` / `cascade` (these two need
+            `followup_judge_base_url` and `followup_judge_model`).
+        followup_judge_base_url (`str` or `None`):
+            OpenAI-compatible chat endpoint of an `llm` / `cascade` filter judge.
+        followup_judge_model (`str` or `None`):
+            Model name of that judge at the endpoint.
         followup_judge_contrast (`bool`, defaults to `True`):
             Contrastive filter (`fic.judges.contrast`): a candidate the judge would also call genuine after another
             context's answer is not kept, so generic template turns ("Why is it 1?") do not enter the data.
@@ -81,7 +86,9 @@ class CollabSFTConfig(SFTConfig):
     )
     followup_candidates: int = field(default=4, metadata={"help": "Template candidates per context."})
     followups_per_context: int = field(default=1, metadata={"help": "Genuine follow-ups kept per context."})
-    followup_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge for the candidates."})
+    followup_judge: JudgeKind = field(default=TRAINING_JUDGE, metadata={"help": "Judge for the candidates."})
+    followup_judge_base_url: str | None = field(default=None, metadata={"help": "LLM filter judge endpoint."})
+    followup_judge_model: str | None = field(default=None, metadata={"help": "LLM filter judge model name."})
     followup_judge_contrast: bool = field(
         default=True, metadata={"help": "Keep only candidates not also genuine after another context's answer."}
     )
@@ -98,11 +105,15 @@ class CollabSFTConfig(SFTConfig):
                 "assistant_only_loss / completion_only_loss: collaboration SFT chooses the trained turns with "
                 "train_on (e.g. train_on=[user_followups,assistant]); leave both unset"
             )
-        if self.followup_judge not in JUDGE_KINDS:
-            raise ValueError(f"followup_judge: unknown judge {self.followup_judge!r}; valid: {', '.join(JUDGE_KINDS)}")
+        self.followup_judge_settings()  # the judge's name and endpoint (`fic.judges.JudgeSettings` checks them)
         if self.followup_candidates < 1 or self.followups_per_context < 1:
             raise ValueError("followup_candidates / followups_per_context: both must be at least 1")
         super().__post_init__()
+
+    def followup_judge_settings(self) -> JudgeSettings:
+        """The filter judge: `followup_judge`, `followup_judge_base_url`, `followup_judge_model`,
+        `followup_judge_contrast`."""
+        return JudgeSettings.of(self, "followup_judge")
 
 
 class CollabSFTTrainer(SFTTrainer):
@@ -185,12 +196,7 @@ def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eva
         )
         contexts, _ = drop_overlap(contexts, heldout)
         candidates = [template_followups(c["messages"], args.followup_candidates, args.seed) for c in contexts]
-        judge = make_judge(
-            args.followup_judge,
-            eval_config.judge_base_url,
-            eval_config.judge_model,
-            contrast=args.followup_judge_contrast,
-        )
+        judge = args.followup_judge_settings().build()
         kept, counts = rejection_sample(contexts, candidates, judge, args.followups_per_context, origin="template")
         rows += kept
         summary["template"] = {"contexts": len(contexts), "kept": len(kept), "labels": dict(counts)}

@@ -12,7 +12,7 @@ recipe's `penalties` say otherwise; a table under which some failure outranks a 
 `reward_allow_ranked_failures`); `dense` pays the judge's probability of genuine, `group_relative` the turn's rank in
 its group. A judge error earns `None` (TRL gives that completion no advantage and keeps it out of the group
 baseline). The judge sees the turn decoded with special tokens kept, so leaked template tokens count as
-`malformed_artifact`. The heuristic judge runs offline; the LLM judge runs over HTTP and its reward is async, so TRL
+`malformed_artifact`. The offline judges run in process; the LLM judge runs over HTTP and its reward is async, so TRL
 awaits the requests concurrently. Every vLLM setting (`use_vllm`, `vllm_mode: colocate|server`, `vllm_server_*`) is
 GRPOConfig's own and passes through unchanged; the weight sync into vLLM is TRL's, with the names and CPU engines
 fixed by `fic.trainers.vllm_sync`.
@@ -39,7 +39,7 @@ from fic.chat import turn_end_strings
 from fic.data.followups import contexts_from_records, drop_overlap
 from fic.distributed import map_across_ranks
 from fic.followup_eval import probe_prompts
-from fic.judges import JUDGE_KINDS, LABELS, ContrastiveJudge, JudgeKind, make_judge
+from fic.judges import LABELS, TRAINING_JUDGE, JudgeKind, JudgeSettings
 from fic.recipe import RecipeError
 from fic.trainers.common import check_recipe_data, default_callbacks, prepare, train_and_measure
 from fic.trainers.heldout import heldout_contexts, heldout_records, load_training_records, local_backend
@@ -75,8 +75,10 @@ class FollowupRLConfig(GRPOConfig):
             Accept a `penalties` table that ranks some failure mode above a generic follow-up (`degenerate_short`).
             Off by default: such a table pays the policy for failing differently (e.g. writing a new task instead
             of a generic question), with no gain in genuine follow-ups.
-        reward_judge (`str`, defaults to `"heuristic"`):
-            Judge behind the `followup` reward: `heuristic` (offline), `llm` or `cascade` (HTTP).
+        reward_judge (`str`, defaults to `"strict"`):
+            Judge behind the `followup` reward, a key of `fic.judges.JUDGES`: `strict` (the judge of training
+            signals), `learned`, `heuristic` (offline), or `llm` / `cascade` (HTTP; these two need
+            `reward_judge_base_url` and `reward_judge_model`).
         reward_judge_base_url (`str` or `None`):
             OpenAI-compatible chat endpoint of the LLM judge.
         reward_judge_model (`str` or `None`):
@@ -105,7 +107,7 @@ class FollowupRLConfig(GRPOConfig):
         default_factory=lambda: ["followup"], metadata={"help": f"Rewards: any of {', '.join(REWARDS)}."}
     )
     penalties: dict[str, float] = field(default_factory=dict, metadata={"help": "Reward of each failure mode."})
-    reward_judge: JudgeKind = field(default="heuristic", metadata={"help": "Judge of the policy's user turns."})
+    reward_judge: JudgeKind = field(default=TRAINING_JUDGE, metadata={"help": "Judge of the policy's user turns."})
     reward_judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint."})
     reward_judge_model: str | None = field(default=None, metadata={"help": "LLM judge model name."})
     reward_judge_contrast: bool = field(
@@ -134,14 +136,12 @@ class FollowupRLConfig(GRPOConfig):
         hacking_windows([], self.reward_hacking_window)
         if self.context_answers not in ("data", "model"):
             raise ValueError(f"context_answers: unknown value {self.context_answers!r}; valid: data, model")
-        if self.reward_judge not in JUDGE_KINDS:
-            raise ValueError(f"reward_judge: unknown judge {self.reward_judge!r}; valid: {', '.join(JUDGE_KINDS)}")
-        if self.reward_judge in ("llm", "cascade") and not (self.reward_judge_base_url and self.reward_judge_model):
-            raise ValueError(
-                f"reward_judge={self.reward_judge!r} needs reward_judge_base_url and reward_judge_model "
-                "(an OpenAI-compatible chat endpoint, e.g. a `vllm serve` of the judge model)"
-            )
+        self.reward_judge_settings()  # the judge's name and endpoint (`fic.judges.JudgeSettings` checks them)
         super().__post_init__()
+
+    def reward_judge_settings(self) -> JudgeSettings:
+        """The reward judge: `reward_judge`, `reward_judge_base_url`, `reward_judge_model`, `reward_judge_contrast`."""
+        return JudgeSettings.of(self, "reward_judge")
 
 
 def user_turn_end_ids(tokenizer) -> list[int]:
@@ -188,9 +188,8 @@ def prompt_rows(tokenizer, contexts: list[dict]) -> list[dict]:
 
 
 def build_rewards(args: FollowupRLConfig, tokenizer) -> list:
-    judge = make_judge(args.reward_judge, args.reward_judge_base_url, args.reward_judge_model)
-    if args.reward_judge_contrast:  # the dense form subtracts every turn's score after the foil answer
-        judge = ContrastiveJudge(judge, foil_every_turn=args.reward_form == "dense")
+    # the dense form subtracts every turn's score after the foil answer
+    judge = args.reward_judge_settings().build(foil_every_turn=args.reward_form == "dense")
     settings = dict(judge=judge, penalties=args.penalties, tokenizer=tokenizer, end_ids=user_turn_end_ids(tokenizer),
                     form=args.reward_form, allow_ranked_failures=args.reward_allow_ranked_failures)  # fmt: skip
     return [get_reward(name, **settings) for name in args.rewards]

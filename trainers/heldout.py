@@ -13,7 +13,6 @@ from fic.data.splits import load_training
 from fic.distributed import map_across_ranks
 from fic.followup_eval import genuine_followup_rate
 from fic.generation import HFBackend
-from fic.judges import make_judge
 from fic.judges.provenance import check_overlap
 from fic.judges.validity import judge_validity
 
@@ -43,9 +42,8 @@ def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> 
 
 
 def eval_judge(eval_config):
-    return make_judge(
-        eval_config.judge, eval_config.judge_base_url, eval_config.judge_model, contrast=eval_config.judge_contrast
-    )
+    """The `eval:` block's judge (`eval.judge*`)."""
+    return eval_config.judge_settings().build()
 
 
 def check_heldout_judge(records: list, eval_config, judge) -> dict:

@@ -23,7 +23,7 @@ OTHER_COMMANDS: dict[str, tuple[str, str, str, str]] = {
     ),
     "bag": ("fic.eval.clarify.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
     "build-followups": (
-        "fic.data.followups", "add_arguments", "run", "rejection-sample genuine user follow-ups into an SFT set",
+        "fic.cli_followups", "add_arguments", "run", "rejection-sample genuine user follow-ups into an SFT set",
     ),
     "eval-checkpoints": ("fic.eval.checkpoints", "add_arguments", "run", "evaluate every checkpoint of a run"),
     "review": ("fic.eval.review.server", "add_arguments", "run", "blind manual-review web app for judge validation"),

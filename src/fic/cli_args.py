@@ -4,7 +4,7 @@
 |--------------------------|------------------------------------------------------------------------|
 | the model under test     | `--model`, `--tokenizer`, `--backend`, `--base-url`                    |
 | its engine with vLLM     | `--tensor-parallel-size`, `--max-model-len` (one engine per process)   |
-| the follow-up judge      | `--judge`, `--judge-base-url`, `--judge-model`                         |
+| the follow-up judge      | `--judge`, `--judge-base-url`, `--judge-model`, `--contrast`           |
 | where results go         | `--out DIR` (always a folder)                                          |
 | how many items           | `--limit` (items per dataset, instructions, episodes)                  |
 | generations per item     | `--samples`                                                            |
@@ -12,12 +12,9 @@
 | whose assistant answer   | `--responses model|data`                                               |
 | the simulated user       | `--user rules|llm`, `--user-base-url`, `--user-model`                  |
 
-Older spellings still parse but are hidden from `-h`: `--n` (now `--samples`), `--items` and `--episodes` (`--limit`),
-`--answers` (`--responses`), `--answer-tokens` (`--response-tokens`), `--user rule` (`--user rules`), and
-`fic judge --base-url / --model` (`--judge-base-url / --judge-model`).
-
 The evaluation commands take their defaults from `fic.eval_config.EvalConfig`, so `fic probe` and the checkpoint
-callback measure a checkpoint the same way; this module imports only `fic.errors` and the judge kinds of fic.
+callback measure a checkpoint the same way; the judge flags are one `fic.judges.JudgeSettings`
+(`JudgeSettings.from_args`), checked by its rule. This module imports only `fic.errors` and the judge table of fic.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ import logging
 import os
 
 from fic.errors import FicError
-from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS
+from fic.judges.registry import DEFAULT_JUDGE, JUDGES, JudgeSettings
 
 BACKENDS = ("transformers", "vllm", "openai")
 USERS = ("rules", "llm")  # as regret's `--tracker rules|llm`
@@ -147,8 +144,9 @@ def backend_kwargs(args, state=None) -> dict:
 
 def add_judge_arguments(parser, default: str = DEFAULT_JUDGE) -> None:
     """`--judge`, `--judge-base-url`, `--judge-model`, `--contrast`."""
-    parser.add_argument("--judge", default=default, choices=JUDGE_KINDS, help="follow-up judge (llm and cascade need an "
-                        "endpoint)")  # fmt: skip
+    endpoint = [kind for kind, spec in JUDGES.items() if spec.endpoint]
+    parser.add_argument("--judge", default=default, choices=JUDGES, help=f"follow-up judge (fic.judges.JUDGES; "
+                        f"{' and '.join(endpoint)} need an endpoint)")  # fmt: skip
     parser.add_argument("--judge-base-url", help="OpenAI-compatible chat endpoint of the llm / cascade judge")
     parser.add_argument("--judge-model", help="judge model name at that endpoint")
     parser.add_argument("--contrast", action="store_true", help="contrastive judging: a turn is genuine only if the "
@@ -187,22 +185,16 @@ def add_token_arguments(parser, max_new_tokens: int, response_tokens: int | None
     if response_tokens is not None:
         parser.add_argument("--response-tokens", type=positive_int, default=response_tokens,
                             help="tokens per assistant answer the model writes (--responses model)")  # fmt: skip
-        deprecated_alias(parser, "--answer-tokens", "response_tokens", type=positive_int)
 
 
 def add_responses_argument(parser, default: str = "model") -> None:
     parser.add_argument("--responses", default=default, choices=("model", "data"),
                         help="the assistant answer in each context: the model's greedy answer or the data's")  # fmt: skip
-    deprecated_alias(parser, "--answers", "responses", choices=("model", "data"))
-
-
-def _user_kind(text: str) -> str:
-    return {"rule": "rules"}.get(text, text)  # `--user rule`: the old `fic lic` spelling
 
 
 def add_user_arguments(parser, *, endpoint: bool = True, model_help: str = "model name for --user llm") -> None:
     """`--user rules|llm` (the simulated user), `--user-model` and, for a served user, `--user-base-url`."""
-    parser.add_argument("--user", default="rules", type=_user_kind, choices=USERS, help="simulated user: rule-based or "
+    parser.add_argument("--user", default="rules", choices=USERS, help="simulated user: rule-based or "
                         "an LLM")  # fmt: skip
     if endpoint:
         parser.add_argument("--user-base-url", help="OpenAI-compatible chat endpoint for --user llm")
@@ -218,11 +210,11 @@ def add_seed_argument(parser, default: int | None = 0, required: bool = False) -
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot express, refused with `parser.error` (one line, exit 2) before anything loads."""
-    judge = getattr(args, "judge", None)
-    if judge in ("llm", "cascade") and hasattr(args, "judge_base_url"):
-        if not (args.judge_base_url and args.judge_model):
-            parser.error(f"--judge {judge} needs --judge-base-url URL and --judge-model NAME (an OpenAI-compatible "
-                         "chat endpoint); or use --judge heuristic")  # fmt: skip
+    if getattr(args, "judge", None) is not None and hasattr(args, "judge_base_url"):
+        try:
+            JudgeSettings.from_args(args)  # the judge's endpoint rule
+        except ValueError as err:
+            parser.error(str(err))
     if getattr(args, "backend", None) == "openai" and hasattr(args, "base_url") and not args.base_url:
         parser.error("--backend openai needs --base-url URL (an OpenAI-compatible /v1 completions endpoint)")
     for flag in ("tensor_parallel_size", "max_model_len"):

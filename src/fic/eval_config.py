@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from fic.evaluations import EVALUATIONS, config_blocks
-from fic.judges import DEFAULT_JUDGE, JUDGE_KINDS, JudgeKind
+from fic.judges.registry import DEFAULT_JUDGE, JudgeKind, JudgeSettings
 
 BACKENDS = ("transformers", "vllm")
 LOAD_FROM = ("auto", "memory", "disk")
@@ -39,9 +39,11 @@ class EvalConfig:
         max_new_tokens (`int`, defaults to `64`):
             Generation budget per user turn.
         judge (`str`, defaults to `"learned"`):
-            `learned` (offline rules + a classifier fitted on labelled real turns; the default because its
-            calibrated rates are the tightest, see the README), `heuristic` (the rules alone), `llm` or `cascade`
-            (both need `judge_base_url` and `judge_model`).
+            A key of `fic.judges.JUDGES`: `learned` (offline rules + a classifier fitted on labelled real turns; the
+            default because its calibrated rates are the tightest, see the README), `heuristic` (the rules alone),
+            `strict`, `llm` or `cascade` (the last two need `judge_base_url` and `judge_model`). With
+            `judge_base_url`, `judge_model` and `judge_contrast` it is one `fic.judges.JudgeSettings`
+            (`config.judge_settings()`).
         allow_judge_overlap (`bool`, defaults to `False`):
             Evaluate items inside the judge's fit (refused otherwise); the overlap is recorded and those items are
             left out of corrected and calibrated rates.
@@ -67,8 +69,7 @@ class EvalConfig:
         blocks (`dict[str, dataclass]`):
             The config blocks of the registered evaluations that have one, by name (`eval.lic.*`: `LicConfig`,
             `eval.regret.*`: `RegretConfig`); read one with `config.block(name)`. In a recipe each is a nested
-            mapping (`eval: {lic: {runs: 3}}` or `eval.lic.runs=3`); the flat keys of earlier releases
-            (`eval.lic_runs`, `eval.regret_episodes`, ...) are read for one more release with a deprecation line.
+            mapping (`eval: {lic: {runs: 3}}` or `eval.lic.runs=3`).
         every_n_saves (`int`, defaults to `1`):
             Evaluate every n-th save (1: every checkpoint).
         load_from (`str`, defaults to `"auto"`):
@@ -111,13 +112,7 @@ class EvalConfig:
             raise ValueError(f"eval.evaluations: unknown {unknown}; valid: {list(EVALUATIONS)}")
         if not self.evaluations:
             raise ValueError("eval.evaluations: empty; name at least one of probe, lic, regret (or set enabled=false)")
-        if self.judge not in JUDGE_KINDS:
-            raise ValueError(f"eval.judge: unknown judge {self.judge!r}; valid: {', '.join(JUDGE_KINDS)}")
-        if self.judge in ("llm", "cascade") and not (self.judge_base_url and self.judge_model):
-            raise ValueError(
-                f"eval.judge={self.judge!r} needs eval.judge_base_url and eval.judge_model (an OpenAI-compatible chat "
-                "endpoint); or use eval.judge=heuristic"
-            )
+        self.judge_settings()  # the judge's name and endpoint (`fic.judges.JudgeSettings` checks them)
         if self.backend not in BACKENDS:
             raise ValueError(f"eval.backend: unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
         if self.load_from not in LOAD_FROM:
@@ -135,6 +130,10 @@ class EvalConfig:
             raise ValueError(f"eval.temperatures: {bad} are negative; use 0 for greedy decoding")
         if self.enabled:
             self.check_probe_datasets()
+
+    def judge_settings(self) -> JudgeSettings:
+        """The evaluation judge: `eval.judge`, `eval.judge_base_url`, `eval.judge_model`, `eval.judge_contrast`."""
+        return JudgeSettings.of(self, "judge", where="eval.judge")
 
     def check_probe_datasets(self) -> None:
         """The one check that a probe has held-out sets to read (the config, the callback and eval-checkpoints)."""
@@ -168,12 +167,6 @@ class EvalConfig:
         """The nested blocks a recipe's `eval:` mapping may hold (`fic.recipe` parses them into `blocks`)."""
         return config_blocks()
 
-    @classmethod
-    def deprecated_keys(cls) -> dict[str, str]:
-        """Flat keys of earlier releases -> their key now (`lic_runs` -> `lic.runs`), from each block's `FLAT_KEYS`."""
-        return {old: f"{name}.{new}" for name, block in config_blocks().items()
-                for old, new in getattr(block, "FLAT_KEYS", {}).items()}  # fmt: skip
-
     def to_dict(self) -> dict:
         """The recipe's shape: the shared keys, then each block as a nested mapping under its name."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "blocks"}
@@ -181,14 +174,10 @@ class EvalConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> EvalConfig:
-        """Build from a saved mapping (`to_dict`'s shape, or the flat keys an earlier release wrote), ignoring keys
-        this version does not know (files outlive code)."""
+        """Build from a saved mapping (`to_dict`'s shape), ignoring keys this version does not know (files outlive
+        code)."""
         values, classes = dict(values), config_blocks()
         blocks = {name: dict(values.pop(name, None) or {}) for name in classes}
-        for old, new in cls.deprecated_keys().items():
-            if old in values:
-                name, key = new.split(".", 1)
-                blocks[name].setdefault(key, values.pop(old))
         known = {name: {f.name for f in fields(block)} for name, block in classes.items()}
         blocks = {name: {k: v for k, v in given.items() if k in known[name]} for name, given in blocks.items()}
         known = {f.name for f in fields(cls)} - {"blocks"}
@@ -213,11 +202,6 @@ class LicConfig:
         temperature (`float`, defaults to `0.0`):
             Sampling temperature of the assistant turns (use `> 0` with `runs > 1`, or all runs are equal).
     """
-
-    FLAT_KEYS: ClassVar[dict[str, str]] = {
-        "lic_data": "data", "lic_limit": "limit", "lic_runs": "runs", "lic_modes": "modes",
-        "lic_max_new_tokens": "max_new_tokens", "lic_temperature": "temperature",
-    }  # fmt: skip
 
     data: str = "synthetic"
     limit: int = 20
@@ -246,10 +230,6 @@ class RegretConfig:
         limit (`int`, defaults to `10`):
             Episodes (each played under every user profile); `fic regret --limit`.
     """
-
-    FLAT_KEYS: ClassVar[dict[str, str]] = {
-        "regret_scenario": "scenario", "regret_data": "data", "regret_policy": "policy", "regret_episodes": "limit",
-    }  # fmt: skip
 
     scenario: str = "products"
     data: str | None = None

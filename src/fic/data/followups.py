@@ -1,4 +1,4 @@
-"""`fic build-followups`: an SFT set of conversations whose user turns after an answer are genuine follow-ups.
+"""Follow-up SFT data: conversations whose user turns after an answer are genuine follow-ups.
 
 Two kinds of rows, both `{"id", "source", "origin", "messages", ...}` and readable back as `conversations:PATH`:
 
@@ -6,38 +6,31 @@ Two kinds of rows, both `{"id", "source", "origin", "messages", ...}` and readab
   them, multi-turn HealthBench prompts, any `conversations` JSONL. A conversation is kept when at least one user turn
   follows an assistant turn (what collaboration SFT trains on); the others are counted as skipped.
 - `sampled` / `template` (rejection sampling): each context is a dataset item plus an answer (`data`: the data's
-  reference; `model`: the model's own greedy answer). For each, `--samples` candidate user turns are written, by
-  any generation backend from the bare user header (`sampled`), or offline from follow-up templates filled with a
-  number or a term of the answer (`template`, for CPU runs and tests). The judge labels every candidate; up to
-  `--keep` genuine ones per context become rows `[context..., user: follow-up]`. Counts per label are logged and
-  written to `summary.json` beside `followups.jsonl` in the `--out` folder.
+  reference; `model`: the model's own greedy answer). For each, candidate user turns are written, by any generation
+  backend from the bare user header (`sampled`), or offline from follow-up templates filled with a number or a term
+  of the answer (`template`, for CPU runs and tests). The judge labels every candidate; up to `keep` genuine ones
+  per context become rows `[context..., user: follow-up]`.
+
+The `fic build-followups` command over these pieces is `fic.cli_followups`; collaboration SFT uses them directly.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import logging
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
-from fic import cli_args
 from fic.chat import render, turn_end_strings
-from fic.judges import Case, is_genuine, make_judge
-from fic.judges.provenance import check_overlap
-from fic.metrics import genuine_rate
+from fic.judges import Case
 
 from . import load_source
-from .records import DataError, Record
+from .records import Record
 
 logger = logging.getLogger(__name__)
 
 ANSWERS = ("data", "model")  # as the probe's `responses`
-OUT_FILE = "followups.jsonl"  # in the --out folder, beside summary.json
-CANDIDATES = ("templates", "model")
 
 # Follow-up templates: {x} is a number of the answer, {w} a term of the answer (absent from the question).
 NUMBER_TEMPLATES = (
@@ -247,111 +240,3 @@ def drop_overlap(rows: list[dict], heldout: list[list[dict]]) -> tuple[list[dict
 
 def load_records(specs: list[str], limit: int | None = None) -> list[Record]:
     return [record for spec in specs for record in load_source(spec, limit=limit)]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--contexts",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="dataset (NAME or NAME:PATH) whose items become contexts for sampled follow-ups",
-    )
-    parser.add_argument(
-        "--real",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="dataset of real multi-turn conversations to keep as they are (mt_bench, healthbench, conversations)",
-    )
-    cli_args.add_limit_argument(parser, None, help="items per dataset (default: all)")
-    cli_args.add_responses_argument(parser, "data")
-    parser.add_argument(
-        "--candidates",
-        choices=CANDIDATES,
-        default="model",
-        help="who writes candidate user turns: the model (sampled) or offline templates",
-    )
-    cli_args.add_model_arguments(parser, required=False, help=f"{cli_args.MODEL_HELP}; writes model answers "
-                                 "(--responses model) and candidates (--candidates model)")  # fmt: skip
-    cli_args.add_samples_argument(parser, 4, help="candidate user turns per context", aliases=("--n",))
-    parser.add_argument("--keep", type=cli_args.positive_int, default=1, help="genuine follow-ups kept per context")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the candidates")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the candidates")
-    cli_args.add_token_arguments(parser, 96, 512, turn="tokens per candidate user turn")
-    cli_args.add_judge_arguments(parser)
-    cli_args.add_judge_overlap_argument(parser)
-    cli_args.add_seed_argument(parser)
-    cli_args.add_out_argument(parser, help=f"output folder: {OUT_FILE} (an SFT set: conversations:DIR/{OUT_FILE}) "
-                              "and summary.json")  # fmt: skip
-
-
-def _model_pieces(args):
-    """(backend, tokenizer) for the model arguments, or (None, None) when no model is needed."""
-    needs_model = bool(args.contexts) and (args.responses == "model" or args.candidates == "model")
-    if not needs_model:
-        return None, None
-    if not args.model:
-        raise DataError("--model: needed to write model answers or sample candidate user turns; pass a model name")
-    from fic.generation import get_backend
-    from fic.modeling import load_tokenizer, resolve_model_name
-
-    model = resolve_model_name(args.model)
-    tokenizer = load_tokenizer(resolve_model_name(args.tokenizer) if args.tokenizer else model)
-    name = cli_args.backend_name(args)
-    kwargs = cli_args.backend_kwargs(args)
-    if name == "transformers":
-        kwargs["tokenizer"] = tokenizer
-    return get_backend(name, model=model, **kwargs), tokenizer
-
-
-def build(args) -> tuple[list[dict], dict]:
-    """The SFT rows and the summary for parsed `fic build-followups` arguments."""
-    if not args.contexts and not args.real:
-        raise DataError("nothing to build: pass --contexts SPEC (sampled follow-ups) and/or --real SPEC")
-    if args.samples < 1 or args.keep < 1:
-        raise DataError(f"--samples {args.samples} / --keep {args.keep}: both must be at least 1")
-    judge = None
-    if args.contexts:  # the contexts against the judge's fit, before a model loads
-        judge = make_judge(args.judge, args.judge_base_url, args.judge_model, contrast=args.contrast)
-        items = [(r.source, r.id, r.messages) for r in load_records(args.contexts, args.limit)]
-        check_overlap(judge, items, getattr(args, "allow_judge_overlap", False), "--allow-judge-overlap")
-    backend, tokenizer = _model_pieces(args)
-    rows, summary = [], {}
-    if args.real:
-        real, skipped = real_conversations(load_records(args.real, args.limit))
-        rows += real
-        summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
-    if args.contexts:
-        contexts = contexts_from_records(load_records(args.contexts, args.limit), args.responses, backend,
-                                         tokenizer, args.response_tokens)  # fmt: skip
-        if args.candidates == "templates":
-            candidates = [template_followups(c["messages"], args.samples, args.seed) for c in contexts]
-        else:
-            candidates = sample_candidates(backend, tokenizer, contexts, args.samples, args.temperature,
-                                           args.max_new_tokens, args.top_p, args.seed)  # fmt: skip
-        origin = "template" if args.candidates == "templates" else "sampled"
-        sampled, counts = rejection_sample(contexts, candidates, judge, args.keep, origin)
-        rows += sampled
-        summary["sampled"] = {
-            "contexts": len(contexts), "candidates": sum(counts.values()), "kept": len(sampled),
-            "labels": dict(counts), "genuine_rate": genuine_rate(map(is_genuine, counts.elements())),
-            "judge": judge.name,
-        }  # fmt: skip
-    summary["rows"] = len(rows)
-    return rows, summary
-
-
-def run(args: argparse.Namespace) -> int:
-    rows, summary = build(args)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / OUT_FILE
-    with out.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    summary_path = out_dir / "summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2))
-    logger.info("wrote %d conversations to %s (summary: %s)", len(rows), out, summary_path)
-    print(json.dumps(summary, indent=2))
-    return 0

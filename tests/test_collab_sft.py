@@ -47,6 +47,17 @@ def test_tiny_model_names_resolve_in_one_place():
         resolve_model_name("tiny:gpt")
 
 
+def test_the_model_loader_and_the_data_layer_import_no_test_fixture_and_no_cli():
+    """`fic.modeling` loads `fic.testing` only for a `tiny:` name; `fic.data.followups` knows no CLI."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fic.modeling, fic.data.followups; from fic.modeling import resolve_model_name; "
+            "resolve_model_name('Qwen/Qwen3.5-2B'); "
+            "print(sorted(m for m in sys.modules if m in ('fic.testing', 'fic.cli_args', 'fic.cli')))")  # fmt: skip
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
 def followup_nll(model, tok, conversation) -> float:
     ids, labels = turn_masks(tok, conversation, ["user_followups"])
     with torch.no_grad():

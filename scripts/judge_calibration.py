@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 
 from fic.estimates import cluster_rate, corrected_rate, judge_error_rates, rate_variance
-from fic.judges import Case, make_judge
+from fic.judges import JUDGES, Case, JudgeSettings, make_judge
 from fic.judges.agreement import binary_agreement
 from fic.judges.provenance import judge_provenance, prompt_hash
 from fic.judges.validity import load_validation
@@ -314,15 +314,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="default: labels/followup/judge_calibration.json; with --judge, "
                         "outputs/judge_calibration_<judge>.json (the shipped file is about the shipped judges)")  # fmt: skip
-    parser.add_argument("--judge", choices=("llm", "cascade"), help="also measure this judge at an endpoint "
+    endpoint_judges = [kind for kind, spec in JUDGES.items() if spec.endpoint]
+    parser.add_argument("--judge", choices=endpoint_judges, help="also measure this judge at an endpoint "
                         "(plainly and with --contrast) in the transfer table")  # fmt: skip
     parser.add_argument("--judge-base-url", help="the judge's OpenAI-compatible endpoint (with --judge)")
     parser.add_argument("--judge-model", help="the model name the endpoint serves (with --judge)")
     parser.add_argument("--threshold", type=float, default=0.85, help="cascade: the learned verdicts less sure "
                         "than this go to the LLM (README: 0.7 sends about a third on)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.judge and not (args.judge_base_url and args.judge_model):
-        parser.error(f"--judge {args.judge} needs --judge-base-url and --judge-model (an OpenAI-compatible endpoint)")
+    if args.judge:
+        try:  # the judges' endpoint rule (fic.judges.JudgeSettings)
+            JudgeSettings(args.judge, args.judge_base_url, args.judge_model, where="--judge")
+        except ValueError as err:
+            parser.error(str(err))
     default_out = (
         f"outputs/judge_calibration_{args.judge}.json" if args.judge else "labels/followup/judge_calibration.json"
     )

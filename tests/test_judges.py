@@ -12,16 +12,16 @@ import re
 import pytest
 from mock_openai_server import Fault, MockOpenAIServer
 
-from fic.judges import JUDGE_ERROR, LABELS, Case, Verdict, is_genuine, make_judge
-from fic.judges.agreement import judgement_agreement
-from fic.judges.cache import JudgementCache, cache_key
-from fic.judges.cascade import CascadeJudge
-from fic.judges.command import (
+from fic.cli_judge import (
     add_agreement_arguments,
     add_judge_arguments,
     run_agreement,
     run_judge,
 )
+from fic.judges import JUDGE_ERROR, LABELS, Case, Verdict, is_genuine, make_judge
+from fic.judges.agreement import judgement_agreement
+from fic.judges.cache import JudgementCache, cache_key
+from fic.judges.cascade import CascadeJudge
 from fic.judges.constructed import mt_bench_constructed_cases
 from fic.judges.heuristic import HeuristicJudge
 from fic.judges.llm import PROMPT_VERSION, LLMJudge, build_prompt, parse_reply

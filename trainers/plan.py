@@ -26,7 +26,6 @@ from fic.data.sources import get_source, parse_spec
 from fic.data.splits import check_training_split, spec_split, split_spec
 from fic.errors import FicError
 from fic.eval_config import EvalConfig
-from fic.judges import make_judge
 from fic.judges.provenance import overlap, overlap_line
 from fic.trainers.methods import get_method
 from fic.trainers.plan_cost import TOKENS_PER_SECOND, time_lines
@@ -249,7 +248,7 @@ def judge_fit(recipe, items: list[DataPlan]) -> list[str]:
                  if i.role == "eval" and i.field == "eval.datasets" and i.records for r in i.records]  # fmt: skip
     if not evaluated:
         return []
-    found = overlap(make_judge(ev.judge, ev.judge_base_url, ev.judge_model), evaluated)
+    found = overlap(ev.judge_settings().build(), evaluated)
     refused = found["n_overlap"] and not ev.allow_judge_overlap
     return [
         overlap_line(found) + (" (refused at evaluation; eval.allow_judge_overlap=true allows it)" if refused else "")

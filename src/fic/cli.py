@@ -17,9 +17,9 @@ from fic.evaluations import EVALUATIONS
 # name: (module, add-arguments function, run function, one-line help); the evaluations come from the registry
 # `fic.evaluations` (`commands()`), each a `fic NAME` command.
 OTHER_COMMANDS: dict[str, tuple[str, str, str, str]] = {
-    "judge": ("fic.judges.command", "add_judge_arguments", "run_judge", "label generated user turns in a JSONL"),
+    "judge": ("fic.cli_judge", "add_judge_arguments", "run_judge", "label generated user turns in a JSONL"),
     "judge-agreement": (
-        "fic.judges.command", "add_agreement_arguments", "run_agreement", "Cohen's kappa between two judgement files",
+        "fic.cli_judge", "add_agreement_arguments", "run_agreement", "Cohen's kappa between two judgement files",
     ),
     "bag": ("fic.eval.clarify.bag", "add_arguments", "run", "Belief-Augmented Generation on ambiguous QA"),
     "build-followups": (

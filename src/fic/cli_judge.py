@@ -24,12 +24,9 @@ from tqdm.auto import tqdm
 from fic import cli_args
 from fic.errors import FicError
 from fic.estimates import cluster_rate
-from fic.judges import JudgeSettings
+from fic.judges import JUDGE_ERROR, LABELS, Case, JudgeSettings
+from fic.judges.agreement import judgement_agreement
 from fic.judges.provenance import prompt_hash
-
-from .agreement import judgement_agreement
-from .base import Case
-from .labels import JUDGE_ERROR, LABELS
 
 logger = logging.getLogger(__name__)
 
@@ -213,8 +210,3 @@ def run_agreement(args: argparse.Namespace) -> int:
     print(f"binary (genuine): kappa {fmt(result['binary']['kappa'])}  agreement {fmt(result['binary']['agreement'])}")
     print(f"label:            kappa {fmt(result['label']['kappa'])}  agreement {fmt(result['label']['agreement'])}")
     return 0
-
-
-# (add_arguments, run) pairs for the `fic` dispatcher.
-JUDGE = (add_judge_arguments, run_judge)
-JUDGE_AGREEMENT = (add_agreement_arguments, run_agreement)

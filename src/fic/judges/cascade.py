@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 class CascadeJudge:
     """
     Args:
-        first: the cheap judge (usually `HeuristicJudge` with its classifier: `make_judge("learned")`).
+        first: the cheap judge (usually `LearnedJudge`: `make_judge("learned")`).
         second: the judge for the cases `first` is unsure of (usually `LLMJudge`).
         threshold: the confidence from which a verdict of `first` stands, in [0, 1].
     """

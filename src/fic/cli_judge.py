@@ -75,32 +75,41 @@ def read_cases(path: Path, skip_bad: bool = False) -> tuple[list[dict], list[Cas
     if not path.is_file():
         raise JudgeInputError(f"input={str(path)!r} does not exist or is not a file.")
     rows, cases, skipped = [], [], 0
+    for lineno, line in _lines(path):
+        try:
+            row = _object(line)
+            if "messages" not in row or "user_turn" not in row:
+                missing = [k for k in ("messages", "user_turn") if k not in row]
+                raise ValueError(f"missing field(s) {missing}; each line needs `messages` and `user_turn`")
+            case = Case(messages=row["messages"], user_turn=row["user_turn"])
+        except ValueError as err:
+            if skip_bad:
+                skipped += 1
+                logger.warning("%s line %d skipped: %s", path, lineno, err)
+                continue
+            raise JudgeInputError(f"{path} line {lineno}: {err} (or pass --skip-bad to skip such lines).") from None
+        rows.append(row)
+        cases.append(case)
+    return rows, cases, skipped
+
+
+def _lines(path: Path):
+    """(line number, text) of every non-blank line of `path`."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                try:
-                    row = json.loads(line)
-                except ValueError as err:
-                    raise ValueError(f"not valid JSON ({err})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-                if "messages" not in row or "user_turn" not in row:
-                    missing = [k for k in ("messages", "user_turn") if k not in row]
-                    raise ValueError(f"missing field(s) {missing}; each line needs `messages` and `user_turn`")
-                case = Case(messages=row["messages"], user_turn=row["user_turn"])
-            except ValueError as err:
-                if skip_bad:
-                    skipped += 1
-                    logger.warning("%s line %d skipped: %s", path, lineno, err)
-                    continue
-                raise JudgeInputError(
-                    f"{path} line {lineno}: {err} (or pass --skip-bad to skip such lines)."
-                ) from None
-            rows.append(row)
-            cases.append(case)
-    return rows, cases, skipped
+            if line.strip():
+                yield lineno, line
+
+
+def _object(line: str) -> dict:
+    """The JSON object on `line`, or ValueError saying why it is not one."""
+    try:
+        row = json.loads(line)
+    except ValueError as err:
+        raise ValueError(f"not valid JSON ({err})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    return row
 
 
 def build_judge(args: argparse.Namespace):
@@ -173,17 +182,11 @@ def _read_rows(path: Path) -> list[dict]:
     if not path.is_file():
         raise ValueError(f"{str(path)!r} does not exist or is not a file.")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise ValueError(f"{path} line {lineno}: not valid JSON ({err}).") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}.")
-            rows.append(row)
+    for lineno, line in _lines(path):
+        try:
+            rows.append(_object(line))
+        except ValueError as err:
+            raise ValueError(f"{path} line {lineno}: {err}.") from None
     return rows
 
 

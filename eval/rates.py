@@ -44,7 +44,7 @@ def read_labels(path: Path, rows: list[dict], run_id: str | None, run_dir: Path 
     `run_dir`: the run's folder, named in the hint of an error (default: the labels file's folder)."""
     keys = {row_key(r): r for r in rows}
     relabel = f"label this run's turns with `fic review {run_dir or path.parent} --sample N`"
-    labels = []
+    labels, first_line = [], {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -63,6 +63,10 @@ def read_labels(path: Path, rows: list[dict], run_id: str | None, run_dir: Path 
         if key in keys and label.get("turn_sha") not in (None, turn_sha(keys[key]["user_turn"])):
             raise RatesError(f"{path} line {n}: the labelled turn's text differs from this run's turn {key}: labels "
                              f"of another run; {relabel}")  # fmt: skip
+        if key in first_line:
+            raise RatesError(f"{path} line {n}: turn {key} is labelled twice (first on line {first_line[key]}); keep "
+                             "one label per turn (two readers' labels of one turn belong in separate files)")  # fmt: skip
+        first_line[key] = n
         labels.append((key, label))
     missing = [key for key, _ in labels if key not in keys]
     if missing:

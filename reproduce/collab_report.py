@@ -54,6 +54,15 @@ def _differences(base: list[dict], other: list[dict]) -> dict:
             "by_dataset": {d: {k: c[k] for k in KEEP} for d, c in out["by_dataset"].items() if c}}  # fmt: skip
 
 
+def _holm_overall(differences: dict) -> dict:
+    """The arms' pooled differences from the base model as one family: each with its Holm-adjusted p
+    (`fic.followup_summary.with_holm`); "detectable" is read on the adjusted p."""
+    from fic.followup_summary import with_holm
+
+    adjusted = with_holm({k: d.get("overall") for k, d in differences.items()})
+    return {k: {**d, "overall": adjusted[k]} for k, d in differences.items()}
+
+
 def _estimates(summary: dict) -> dict:
     """raw, corrected and generic floor per dataset and overall of one probe summary."""
     out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in DATASETS}
@@ -77,6 +86,18 @@ def arm_entries(arms: dict, estimates: dict, differences: dict, trained: dict) -
     return out
 
 
+def _transfer_text(judge: dict) -> str:
+    t = judge.get("transfer") or {}
+    if not t:
+        return "no figures (no labelled turns outside its fit)"
+    s, tr = t["smollm2"], t["trained"]
+    return (f"kappa {s['kappa']['value']:.2f} "
+            f"[{s['kappa']['low']:.2f}, {s['kappa']['high']:.2f}] and false-positive rate {s['fpr']['value']:.2f} "
+            f"[{s['fpr']['low']:.2f}, {s['fpr']['high']:.2f}] on SmolLM2's turns, kappa {tr['kappa']['value']:.2f} and "
+            f"false-positive rate {tr['fpr']['value']:.2f} [{tr['fpr']['low']:.2f}, {tr['fpr']['high']:.2f}] on "
+            "trained models' turns: a trained arm's judge rate holds more false positives than the base model's")
+
+
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else "..." + text[-n:]
@@ -91,7 +112,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
     rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
-    differences = {k: _differences(rows["base"], rows[k]) for k in models if k != "base"}
+    differences = _holm_overall({k: _differences(rows["base"], rows[k]) for k in models if k != "base"})
     estimates = {k: _estimates(v) for k, v in probes.items()}
     evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
     trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
@@ -101,7 +122,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     curve = rl_eval.get("reward_curve", [])
     label_maps: dict = {}
     calibrated = calibrated_rates(out, models, label_maps=label_maps)
-    cal_diffs = calibrated_differences(rows, label_maps)
+    cal_diffs = _holm_overall(calibrated_differences(rows, label_maps))
     n_rows = arms["real"]["rows"]
     summary = {
         "arms": arm_entries(arms, estimates, differences, trained),
@@ -305,8 +326,8 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"{rl_tuning['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
          f"{100 * rl_chosen['score']:.1f} points); everything else is the recipe's but "
          f"{', '.join(SETTINGS['rl']['overrides'])} (half its steps, for time), and it is reported as measured."),
-        (f"The judge is the validated `{repro.JUDGE}` judge (test-split kappa {judge['kappa']:.2f}, false-positive rate "
-         f"{judge['false_positive_rate']:.2f}); it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
+        (f"The judge is `{repro.JUDGE}`: on labelled turns outside every fit, {_transfer_text(judge)}. On the "
+         f"labels' 180-turn test split it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
          f"turns genuine where the annotators' labels say {_share(judge['annotator_genuine_rate'])} (independent "
          "AI-agent annotators following a written guideline, blind). Rates it gives are movement toward its notion of a "
          "follow-up; the generic floor (the same turn judged after another context's answer) shows how much of a rate "

@@ -40,7 +40,10 @@ def _ratio(r: dict) -> str:
 
 
 def detectable(d: dict) -> bool:
-    """An effect is stated only where the interval of the difference excludes 0."""
+    """An effect is stated only where the interval of the difference excludes 0 and, for a difference read in a family
+    of comparisons (the collab arms against the base model), its Holm-adjusted p is under 0.05."""
+    if "detectable_holm" in d:
+        return bool(d["detectable_holm"])
     return d["low"] > 0 or d["high"] < 0
 
 
@@ -88,16 +91,19 @@ def _probe(s: dict) -> tuple[str, str]:
 
 
 def _judge(s: dict) -> tuple[str, str]:
-    v = s["probe"]["judge_validation"]
-    j, lab = v["judge_vs_labels"]["random"], v["labeller_vs_labeller"]["random"]
+    """The judge row: its agreement with blind labels on turns outside every fit (the transfer table), SmolLM2's and
+    trained models', with intervals over items."""
+    t = s["judge"].get("transfer") or {}
+    if not t:
+        return f"`{s['judge']['name']}` judge: no labelled turns outside its fit", "-"
+    cell = lambda f: f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"  # noqa: E731
+    sm, tr = t["smollm2"], t["trained"]
     result = (
-        f"`{s['judge']['name']}` judge vs blind labels by AI-agent annotators on {j['n']} test-split turns "
-        f"({j['n_items']} items, outside its fit): genuine kappa {j['genuine_kappa']:.2f} "
-        f"[{j['genuine_kappa_low']:.2f}, {j['genuine_kappa_high']:.2f}], label kappa {j['label_kappa']:.2f}; "
-        f"labeller vs labeller on {lab['n']} turns: genuine kappa {lab['genuine_kappa']:.2f}, label kappa "
-        f"{lab['label_kappa']:.2f}"
+        f"`{s['judge']['name']}` judge vs blind labels on turns outside every fit: kappa {cell(sm['kappa'])}, FPR "
+        f"{cell(sm['fpr'])} on {sm['n']} SmolLM2 turns ({sm['n_items']} items); kappa {cell(tr['kappa'])}, FPR "
+        f"{cell(tr['fpr'])} on {tr['n']} trained models' turns ({tr['n_items']} items)"
     )  # fmt: skip
-    return result, "Table 7, both slices in the report"
+    return result, "Table 7 (test split) in the report; transfer: labels/followup/judge_calibration.json"
 
 
 def _collab_row(s: dict, model: str) -> tuple[str, str]:

@@ -191,9 +191,27 @@ LABELS_BY = (
 )
 
 
+TRANSFER = ROOT / "labels" / "followup" / "judge_calibration.json"  # `transfer`: judges on turns outside every fit
+
+
+def judge_transfer(kind: str = JUDGE, path: Path = TRANSFER) -> dict:
+    """A judge's figures on labelled turns outside every fit (`scripts/judge_calibration.py`, `transfer`):
+    {"smollm2": {...}, "trained": {...}}, each {n, n_items, kappa, fpr}, kappa and fpr {value, low, high} (95%
+    intervals over items). `smollm2`: the base group, SmolLM2-135M-Instruct's turns (the collab part's base arm's
+    included); `trained`: the trained models' turns pooled. {} when the file has no row for `kind`."""
+    judges = json.loads(Path(path).read_text(encoding="utf-8"))["transfer"]["judges"]
+    if kind not in judges:
+        return {}
+    row = judges[kind]
+    groups = {"smollm2": row["base"], "trained": row["trained"]}
+    return {name: {k: g[k] for k in ("n", "n_items", "kappa", "fpr")} for name, g in groups.items()}
+
+
 def judge_about() -> dict:
-    """{kind, name, version, n, kappa, false_positive_rate, judge_genuine_rate, annotator_genuine_rate, labels_by} of
-    the reproduction's judge on the labels' test split. `annotator_genuine_rate` is the share of those turns the
+    """{kind, name, version, n, kappa, false_positive_rate, judge_genuine_rate, annotator_genuine_rate, labels_by,
+    transfer} of the reproduction's judge. `transfer` (`judge_transfer`) is what a reading cites: its agreement on
+    turns outside every fit, SmolLM2's and trained models'. The rest is the labels' test split (180 SmolLM2 turns, 12
+    items, seen after the judge's development runs). `annotator_genuine_rate` is the share of those turns the
     annotators labelled genuine (`fic.judges.validity` calls it `human_genuine_rate`; `labels_by` says who they were).
     """
     from fic.judges import make_judge
@@ -204,12 +222,24 @@ def judge_about() -> dict:
     return {"kind": JUDGE, "name": validity["name"], "version": validity["version"], "n": test.get("n"),
             "kappa": test.get("binary_kappa"), "false_positive_rate": test.get("false_positive_rate"),
             "judge_genuine_rate": test.get("judge_genuine_rate"),
-            "annotator_genuine_rate": test.get("human_genuine_rate"), "labels_by": LABELS_BY}  # fmt: skip
+            "annotator_genuine_rate": test.get("human_genuine_rate"), "labels_by": LABELS_BY,
+            "transfer": judge_transfer(JUDGE)}  # fmt: skip
+
+
+def _figure(f: dict) -> str:
+    return f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"
 
 
 def judge_line(judge: dict) -> str:
-    return (f"judge `{judge['kind']}` ({judge['version']}): test-split kappa {judge['kappa']:.2f}, false-positive "
-            f"rate {judge['false_positive_rate']:.2f} on {judge['n']} SmolLM2 turns labelled by AI-agent annotators")  # fmt: skip
+    """The judge as every section cites it: its agreement on labelled turns outside every fit, with intervals."""
+    t = judge.get("transfer") or {}
+    if not t:
+        return f"judge `{judge['kind']}` ({judge['version']}): no labelled turns outside its fit"
+    s, tr = t["smollm2"], t["trained"]
+    return (f"judge `{judge['kind']}` ({judge['version']}), on labelled turns outside every fit: kappa "
+            f"{_figure(s['kappa'])}, false-positive rate {_figure(s['fpr'])} on {s['n']} SmolLM2 turns "
+            f"({s['n_items']} items); kappa {_figure(tr['kappa'])}, false-positive rate {_figure(tr['fpr'])} on "
+            f"{tr['n']} trained models' turns ({tr['n_items']} items)")  # fmt: skip
 
 
 def rate_cell(cell: dict | None) -> str:

@@ -328,3 +328,43 @@ def test_minimum_detectable_effect_of_a_paired_difference():
         minimum_detectable_effect(-1.0)
     with pytest.raises(ValueError):
         standard_error_from_interval(0.2, 0.1)
+
+
+def test_holm_matches_the_step_down_rule_worked_by_hand():
+    from fic.estimates import holm
+
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005 = 0.02, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, max(0.06, 1 x 0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, None, 0.9]) == [pytest.approx(1.0), None, pytest.approx(1.0)]  # capped at 1; None not counted
+    assert holm([0.02]) == [pytest.approx(0.02)] and holm([]) == []
+
+
+def test_holm_controls_the_family_wise_error_under_the_null():
+    """4 true nulls, p uniform: P(any adjusted p < 0.05) <= 0.05 (Bonferroni-bound), where raw p reject ~19% of
+    families; 4,000 simulated families, the upper end of a 99% binomial interval checked."""
+    from scipy.stats import binomtest
+
+    from fic.estimates import holm
+
+    rng = np.random.default_rng(0)
+    families = rng.uniform(size=(4000, 4))
+    any_holm = sum(min(holm(list(f))) < 0.05 for f in families)
+    any_raw = sum(f.min() < 0.05 for f in families)
+    assert binomtest(any_holm, 4000).proportion_ci(0.99).low <= 0.05
+    assert any_raw / 4000 > 0.15
+
+
+def test_with_holm_reads_detectable_on_the_adjusted_p():
+    from fic.followup_summary import with_holm
+
+    def diff(d, p):
+        return {"diff": d, "low": d - 0.1, "high": d + 0.1 if d < 0.2 else d + 0.05, "p": p,
+                "detectable": d - 0.1 > 0, "note": ""}  # fmt: skip
+
+    out = with_holm({"a": diff(0.30, 0.004), "b": diff(0.25, 0.03), "c": diff(0.0, 0.9), "d": None,
+                     "e": {"diff": None, "note": "not estimable: 9 clusters (< 10)"}})  # fmt: skip
+    assert out["a"]["p_holm"] == pytest.approx(0.012) and out["a"]["detectable_holm"]
+    assert out["b"]["p_holm"] == pytest.approx(0.06) and not out["b"]["detectable_holm"]
+    assert "after Holm's adjustment over 3 comparisons" in out["b"]["reading"]
+    assert out["c"]["p_holm"] == pytest.approx(0.9) and out["c"]["reading"].endswith("no detectable change")
+    assert out["d"] is None and "p_holm" not in out["e"]

@@ -78,3 +78,34 @@ def test_semantic_entropy_limits():
     assert semantic_entropy([0, 1, 2, 3]) == pytest.approx(math.log(4))
     assert semantic_entropy([0, 0, 0, 1]) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
     assert semantic_entropy([]) == 0.0
+
+
+def _episode(resolved, turns, act="answer", intent=0, ref_resolved=True, ref_turns=1, cost=0.1):
+    return {"resolved": resolved, "turns": turns, "value": float(resolved) - cost * turns,
+            "final": {"act": act, "intent": intent},
+            "reference": {"resolved": ref_resolved, "turns": ref_turns, "value": float(ref_resolved) - cost * ref_turns}}  # fmt: skip
+
+
+def test_regret_parts_name_each_loss_and_sum_to_the_regret():
+    from fic.metrics import REGRET_PARTS, regret, regret_parts
+
+    episodes = [
+        _episode(False, 0, intent=None),  # answered at once naming no candidate: not a failure to ask
+        _episode(False, 0, intent=2),  # a wrong intent with fewer questions than the reference: under-clarifying
+        _episode(False, 2, intent=2),  # a wrong intent after more questions: wrong answer, and 1 extra turn
+        _episode(False, 3, act="out_of_turns", intent=None),  # ran out of turns: 2 extra turns
+        _episode(True, 1),  # the reference's episode exactly: nothing
+        _episode(True, 0, ref_resolved=False, ref_turns=1),  # resolved where the reference did not, a turn saved
+    ]
+    parts = regret_parts(episodes)
+    assert set(parts) == set(REGRET_PARTS)
+    assert parts["answer_names_no_candidate"] == pytest.approx(1 / 6)
+    assert parts["under_clarifying"] == pytest.approx(1 / 6)
+    assert parts["answer_wrong_after_asking"] == pytest.approx(1 / 6)
+    assert parts["abstain_or_out_of_turns"] == pytest.approx(1 / 6)
+    assert parts["resolved_beyond_reference"] == pytest.approx(-1 / 6)
+    assert parts["over_clarifying_turns"] == pytest.approx(0.1 * (1 + 2) / 6)
+    assert parts["turns_saved"] == pytest.approx(-0.1 * (1 + 1 + 1) / 6)  # episodes 1, 2 and 6 asked one fewer
+    total = regret([e["reference"]["value"] for e in episodes], [e["value"] for e in episodes])
+    assert sum(parts.values()) == pytest.approx(total)
+    assert regret_parts([]) == dict.fromkeys(REGRET_PARTS, 0.0)

@@ -148,7 +148,9 @@ def test_differences_and_the_claims_that_follow_them(part, section):
             "at 80% power, two-sided alpha 0.05)") in paragraph  # fmt: skip
     assert "healthbench: no detectable effect at this size" in paragraph
     reference = next(p for p in section.text if p.startswith("Reference points"))
-    assert "contradicted (interval below 0) on gsm8k" in reference and "shown on no dataset" in reference
+    assert "gsm8k -100.0 [" in reference and reference.split("gsm8k -100.0 [")[1].split(";")[0].endswith(
+        ": contradicted")
+    assert ": shown" not in reference and "healthbench +0.0 [+0.0, +0.0]: excluded" in reference
     target = next(t for t in section.targets if "direction" in t.name)
     assert not target.met  # read on the pooled interval, which lies below 0 here
 
@@ -210,3 +212,14 @@ def test_time_estimate_and_scales(part, monkeypatch):
     with pytest.raises(ValueError, match="SCALE='tpu'"):
         repro.scale()
     sys.modules.pop("probe", None)
+
+
+def test_the_rise_is_read_against_the_papers_size(part):
+    """An interval below the paper's +22-point rise excludes it (the committed pooled -9.4 [-20.0, +1.1] does);
+    a wide one neither shows nor excludes it; below 0 contradicts, above 0 shows."""
+    read = part.rise_reading
+    assert read({"diff": -0.094, "low": -0.200, "high": 0.011}) == "excluded"
+    assert read({"diff": 0.05, "low": -0.10, "high": 0.30}) == "neither shown nor excluded"
+    assert read({"diff": -0.2, "low": -0.3, "high": -0.05}) == "contradicted"
+    assert read({"diff": 0.2, "low": 0.05, "high": 0.35}) == "shown"
+    assert read({"diff": None, "low": None, "high": None, "note": "not estimable"}) == "not estimable"

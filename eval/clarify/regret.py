@@ -35,7 +35,13 @@ from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profil
 from fic.eval.report import report_dir
 from fic.eval_config import EvalConfig, RegretConfig
 from fic.jsonl import append_rows, check_settings, load_keyed, write_json, writer_lock
-from fic.metrics import ineffective_clarification_rate, rate_with_interval, regret, stopping_error_rates
+from fic.metrics import (
+    ineffective_clarification_rate,
+    rate_with_interval,
+    regret,
+    regret_parts,
+    stopping_error_rates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +143,7 @@ def summarize_group(records: list[dict]) -> dict:
     return {
         "episodes": len(records),
         "regret": regret([r["reference"]["value"] for r in records], [r["value"] for r in records]),
+        "regret_parts": regret_parts(records),
         "value": _mean(r["value"] for r in records),
         "reference_value": _mean(r["reference"]["value"] for r in records),
         "resolution": rate_with_interval([r["resolved"] for r in records]),

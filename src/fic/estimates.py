@@ -376,3 +376,18 @@ def minimum_detectable_effect(se: float, alpha: float = 0.05, power: float = 0.8
         raise ValueError(f"need se >= 0 and alpha, power in (0, 1); got se={se}, alpha={alpha}, power={power}.")
     normal = NormalDist()
     return (normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)) * se
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values of one family of comparisons, in the input's order.
+
+    The k-th smallest of the m estimable p-values becomes max over j <= k of min(1, (m - j + 1) p_(j)); a family-wise
+    error rate of alpha holds when "detectable" is read as adjusted p < alpha. None (not estimable) stays None and is
+    not counted in m.
+    """
+    present = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    m, out, running = len(present), [None] * len(pvalues), 0.0
+    for rank, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out

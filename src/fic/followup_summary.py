@@ -22,7 +22,9 @@ the corrected and calibrated estimates.
 
 from __future__ import annotations
 
-from fic.estimates import cluster_rate, corrected_rate, paired_difference, rate_variance
+from collections.abc import Mapping
+
+from fic.estimates import cluster_rate, corrected_rate, holm, paired_difference, rate_variance
 from fic.judges.validity import dataset_errors
 from fic.metric_names import probe_accuracy, probe_corrected, probe_generic_floor, probe_genuine, temperature_key
 from fic.metrics import cohen_kappa, label_distribution, percent_changed
@@ -241,6 +243,34 @@ def reading(diff: dict) -> str:
         f"[{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}], p={diff['p']:.2f}"
         + ("" if diff["detectable"] else ": no detectable change")
     )
+
+
+def with_holm(family: Mapping[str, dict | None], alpha: float = 0.05) -> dict[str, dict | None]:
+    """The paired differences of one family of comparisons (e.g. every trained arm against the base model), each with
+    `p_holm` (`fic.estimates.holm` over the family), `detectable_holm` (interval excludes 0 and p_holm < alpha) and
+    `reading` saying both p-values; entries that are None or not estimable are left as they are."""
+    names = [k for k, d in family.items() if d and d.get("diff") is not None and d.get("p") is not None]
+    adjusted = dict(zip(names, holm([family[k]["p"] for k in names]), strict=True))
+    out = {}
+    for name, d in family.items():
+        if name not in adjusted:
+            out[name] = d
+            continue
+        p_holm = adjusted[name]
+        found = bool(d["detectable"]) and p_holm < alpha
+        verdict = (
+            ""
+            if found
+            else (
+                ": no detectable change"
+                if not d["detectable"]
+                else f": no detectable change after Holm's adjustment over {len(names)} comparisons"
+            )
+        )
+        text = (f"{'+' if d['diff'] >= 0 else ''}{100 * d['diff']:.1f} points [{100 * d['low']:+.1f}, "
+                f"{100 * d['high']:+.1f}], p={d['p']:.2f}, Holm-adjusted p={p_holm:.2f}{verdict}")  # fmt: skip
+        out[name] = {**d, "p_holm": p_holm, "detectable_holm": found, "holm_family": len(names), "reading": text}
+    return out
 
 
 def _by_dataset(before: list[dict], after: list[dict], one) -> dict:

@@ -293,3 +293,40 @@ def label_distribution(labels: list[str]) -> dict[str, float]:
     for label in labels:
         counts[label] = counts.get(label, 0) + 1
     return {k: v / len(labels) for k, v in sorted(counts.items())} if labels else {}
+
+
+REGRET_PARTS = ("answer_names_no_candidate", "answer_wrong_after_asking", "under_clarifying", "abstain_or_out_of_turns",
+                "over_clarifying_turns", "turns_saved", "resolved_beyond_reference")  # fmt: skip
+
+
+def regret_parts(records: list[dict]) -> dict[str, float]:
+    """Mean regret split into what it is made of; the parts sum to `regret` of the same episodes.
+
+    Each record is one episode of `fic regret`: `resolved`, `turns`, `value`, `final` ({act, intent}) and
+    `reference` ({resolved, turns, value}). Per episode, regret = (resolved by the reference - resolved by the policy)
+    + (the policy's turn cost - the reference's). An episode the reference resolves and the policy does not goes to
+    `answer_names_no_candidate` (the answer matches no intent at all), `under_clarifying` (a wrong intent after fewer
+    questions than the reference asked), `answer_wrong_after_asking` (a wrong intent after as many or more),
+    or `abstain_or_out_of_turns`; one the policy resolves and the reference does not counts -1 in
+    `resolved_beyond_reference`. The turn cost is `over_clarifying_turns` where the policy asked more than the
+    reference and `turns_saved` (negative) where it asked fewer. All 0.0 for no episodes.
+    """
+    parts = dict.fromkeys(REGRET_PARTS, 0.0)
+    for r in records:
+        ref = r["reference"]
+        missed = int(bool(ref["resolved"])) - int(bool(r["resolved"]))
+        turn_cost = (ref["value"] - r["value"]) - missed
+        if missed > 0:
+            act, intent = r["final"]["act"], r["final"].get("intent")
+            if act != "answer":
+                part = "abstain_or_out_of_turns"
+            elif intent is None:
+                part = "answer_names_no_candidate"
+            else:
+                part = "under_clarifying" if r["turns"] < ref["turns"] else "answer_wrong_after_asking"
+            parts[part] += missed
+        elif missed < 0:
+            parts["resolved_beyond_reference"] += missed
+        parts["over_clarifying_turns" if turn_cost > 0 else "turns_saved"] += turn_cost
+    n = len(records)
+    return {k: v / n if n else 0.0 for k, v in parts.items()}

@@ -91,11 +91,13 @@ def _transfer_text(judge: dict) -> str:
     if not t:
         return "no figures (no labelled turns outside its fit)"
     s, tr = t["smollm2"], t["trained"]
-    return (f"kappa {s['kappa']['value']:.2f} "
-            f"[{s['kappa']['low']:.2f}, {s['kappa']['high']:.2f}] and false-positive rate {s['fpr']['value']:.2f} "
-            f"[{s['fpr']['low']:.2f}, {s['fpr']['high']:.2f}] on SmolLM2's turns, kappa {tr['kappa']['value']:.2f} and "
-            f"false-positive rate {tr['fpr']['value']:.2f} [{tr['fpr']['low']:.2f}, {tr['fpr']['high']:.2f}] on "
-            "trained models' turns: a trained arm's judge rate holds more false positives than the base model's")
+    return (
+        f"kappa {s['kappa']['value']:.2f} "
+        f"[{s['kappa']['low']:.2f}, {s['kappa']['high']:.2f}] and false-positive rate {s['fpr']['value']:.2f} "
+        f"[{s['fpr']['low']:.2f}, {s['fpr']['high']:.2f}] on SmolLM2's turns, kappa {tr['kappa']['value']:.2f} and "
+        f"false-positive rate {tr['fpr']['value']:.2f} [{tr['fpr']['low']:.2f}, {tr['fpr']['high']:.2f}] on "
+        "trained models' turns: a trained arm's judge rate holds more false positives than the base model's"
+    )
 
 
 def _short(text: str, n: int) -> str:

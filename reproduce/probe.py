@@ -217,8 +217,12 @@ def run(out: Path) -> Section:
             Target(
                 f"follow-up rises from greedy to T={hot} (the probe paper's direction)",
                 "paired 95% interval of T - greedy, pooled over datasets, above 0",
-                (points(pooled) + f" ({rise_reading(pooled)} against the paper's rise of up to "
-                 f"{100 * PAPER_RISE:.0f} points)") if pooled else "n/a",
+                (
+                    points(pooled) + f" ({rise_reading(pooled)} against the paper's rise of up to "
+                    f"{100 * PAPER_RISE:.0f} points)"
+                )
+                if pooled
+                else "n/a",
                 bool(pooled) and pooled["low"] is not None and pooled["low"] > 0,
             ),
         ],  # fmt: skip

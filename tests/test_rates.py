@@ -242,7 +242,9 @@ def test_fic_rates_refuses_bad_labels_in_one_line(probed, tmp_path, capsys):
     bad.write_text(json.dumps({**key, "genuine": True}) + "\n" + json.dumps({**key, "genuine": False}) + "\n")
     assert main(["rates", str(probed), "--labels", str(bad)]) == 1
     err = capsys.readouterr().err
-    assert "line 2: turn" in err and "is labelled twice (first on line 1)" in err and len(err.strip().splitlines()) == 1
+    assert (
+        "line 2: turn" in err and "is labelled twice (first on line 1)" in err and len(err.strip().splitlines()) == 1
+    )
     assert main(["rates", str(tmp_path / "nothing")]) == 1
     assert "samples.jsonl not found" in capsys.readouterr().err
 

@@ -149,7 +149,8 @@ def test_differences_and_the_claims_that_follow_them(part, section):
     assert "healthbench: no detectable effect at this size" in paragraph
     reference = next(p for p in section.text if p.startswith("Reference points"))
     assert "gsm8k -100.0 [" in reference and reference.split("gsm8k -100.0 [")[1].split(";")[0].endswith(
-        ": contradicted")
+        ": contradicted"
+    )
     assert ": shown" not in reference and "healthbench +0.0 [+0.0, +0.0]: excluded" in reference
     target = next(t for t in section.targets if "direction" in t.name)
     assert not target.met  # read on the pooled interval, which lies below 0 here

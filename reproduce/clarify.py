@@ -22,23 +22,20 @@ out of a cooperative, terse, verbose or contradicts-once reply (the correction c
 policy, which acts on the tracked state, can only tell `vague` apart; the profiles reach a model policy only after
 it asks a question.
 
-Belief temperature, chosen on dev items: at T=1 SmolLM2-135M's K=5 belief samples name five different answers on
-every item even after grouping, so the entropy is ln 5 everywhere and carries nothing. Before the reported runs,
-`fic bag --variant bag` runs once per temperature of `SETTINGS["belief_temperature"]["grid"]` on `dev_items` AmbigQA
-items taken right after the reported ones in the same seeded draw (`fic bag --skip bag_items`; disjoint from the
-reported items, which is checked), and the temperature whose belief entropy best tells AmbigQA's ambiguous items
-(more than one disambiguation) from the rest (highest dev AUROC; ties or no AUROC: most items below ln K, then the
-higher temperature) is the one every reported BAG run uses: both `fic bag` variants (prompt_only only records its
-belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The reported items never enter the choice.
+Belief temperature, chosen on dev items before the reported runs: `fic bag --variant bag` runs once per temperature
+of `SETTINGS["belief_temperature"]["grid"]` on `dev_items` AmbigQA items taken right after the reported ones in the
+same seeded draw (`fic bag --skip bag_items`; disjoint from the reported items, which is checked). A temperature
+whose dev beliefs are constant (every item at ln K, where the K samples all differ, or every item at 0) is refused:
+such a belief cannot route anything, and an AUROC over it is 0.5 by ties (the fresh clone of 7eebd76 chose T=1.0 on an
+AUROC of 0.60 over 5 ambiguous items, and every reported belief was then at ln 5). Of the others, the highest dev
+AUROC of the belief entropy for the item being ambiguous; ties: the most spread (share below ln K nearest one half),
+then the higher temperature (`choose_temperature`). Every reported BAG run uses it: both `fic bag` variants
+(prompt_only only records its belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The grid runs
+at every scale (three dev runs of 10 items, about 1.5 min each on 2 cores).
 
-At SCALE=cpu the choice is not rerun (`repro.chooses_in_run`): the fresh-clone run at 7eebd76 made it on the same
-dev items (AUROC 0.08, 0.50 and 0.60 at T = 0.3, 0.7 and 1.0: T=1.0) and `reproduce/dev_choices.json` records its
-dev numbers, which the report shows with that commit; SCALE=gpu reruns the grid inside the run.
-
-Time: each dev `fic bag` run took 1.3 min in the fresh-clone `make reproduce` of 2026-12-03 (one process that loads
-SmolLM2; per item one sampled call of K answers, one greedy strategy call and, after a clarification, one more), the
-whole part 10.2 min on 2 CPU cores; the recorded choice saves the 3 dev runs, 3.9 min at that speed. The fresh
-clone at 95e5153 (a faster hour) ran the part in 3.4 min.
+Sizes: 30 reported `fic bag` items and 10 episodes for each model policy, so that no interval rests on fewer than 10
+clusters (`fic.estimates.MIN_CLUSTERS`); the routing of BAG and the prompt-only baseline on the same items is compared
+with Fisher's exact test (`routing_test`). Each regret row is split into its parts (`fic.metrics.regret_parts`).
 
 Strategy faithfulness: does BAG's route follow its belief? The K samples are grouped by normalised answer
 (`fic.eval.clarify.text.cluster_answers`) before their semantic entropy; the table gives the mean entropy per route
@@ -65,21 +62,22 @@ SETTINGS = {
     "max_turns": 6,
     "max_intents": 10,
     "rule_episodes": 40,
-    "model_episodes": 6,
-    "bag_episodes": 3,
+    "model_episodes": 10,
+    "bag_episodes": 10,
     "k": 5,
     "agree": {"bag": 0.2, "bag_plus": 0.7},
     "max_new_tokens": 32,
-    "bag_items": 10,
+    "bag_items": 30,
     "bag_variants": ["prompt_only", "bag"],
     "bag_profile": "cooperative",
     "seed": 0,
     "belief_clusters": "answer_core",
     "belief_temperature": {
         "grid": [0.3, 0.7, 1.0], "dev_items": 10, "variant": "bag",
-        "criterion": "highest dev AUROC of the belief's semantic entropy for the item being ambiguous (AmbigQA: "
-                     "more than one disambiguation); ties or no AUROC: most items below ln K, then the higher "
-                     "temperature",
+        "criterion": "a temperature whose beliefs are constant on dev (every item at ln K, or every item at 0) is "
+                     "refused; of the others, the highest dev AUROC of the belief's semantic entropy for the item "
+                     "being ambiguous (AmbigQA: more than one disambiguation); ties or no AUROC: the share of items "
+                     "below ln K nearest one half (the most spread), then the higher temperature",
     },
 }  # fmt: skip
 # `belief_clusters`: how BAG's samples are grouped before their entropy (`fic.eval.clarify.text.cluster_answers`).
@@ -164,32 +162,39 @@ def entropy_spread(entropies: list[float], k: int) -> dict:
     }
 
 
-def choose_temperature(dev: dict[float, dict]) -> float:
-    """The grid temperature with the highest dev AUROC; ties (to 1e-9) or no AUROC: the most items below ln K, then
-    the higher temperature."""
+def constant_belief(d: dict) -> bool:
+    """Dev beliefs that cannot route anything: every item at ln K (`below_log_k` 0) or every item at 0 entropy."""
+    return d["below_log_k"] is not None and (d["below_log_k"] == 0 or (d["entropy_mean"] or 0.0) <= 1e-9)
+
+
+def choose_temperature(dev: dict[float, dict]) -> dict:
+    """{"chosen", "informative", "refused"}: the grid temperature whose dev beliefs are not constant
+    (`constant_belief`) with the highest AUROC; ties (to 1e-9) or no AUROC: the share below ln K nearest one half,
+    then the higher temperature. When every temperature's beliefs are constant, `informative` is False and the
+    chosen one is the highest temperature (BAG then shows the model beliefs that say nothing, and the report says so).
+    """
+    refused = sorted(t for t, d in dev.items() if constant_belief(d))
+    usable = [t for t in dev if t not in refused]
 
     def rank(t: float) -> tuple:
         d = dev[t]
         auc = -1.0 if d["auroc_ambiguous"] is None else round(d["auroc_ambiguous"], 9)
-        return auc, round(d["below_log_k"] or 0.0, 9), t
+        return auc, -round(abs((d["below_log_k"] or 0.0) - 0.5), 9), t
 
-    return max(dev, key=rank)
+    chosen = max(usable, key=rank) if usable else max(dev)
+    return {"chosen": chosen, "informative": bool(usable), "refused": refused}
 
 
 def _belief_temperature(out: Path) -> dict:
-    """Run the dev grid and choose the belief temperature (`clarify.belief_temperature` in summary.json); at
-    SCALE=cpu the choice recorded on the same dev items by an earlier full run (`repro.recorded_choice`)."""
-    if not repro.chooses_in_run():
-        return repro.recorded_choice("clarify_belief_temperature")
+    """Run the dev grid and choose the belief temperature (`clarify.belief_temperature` in summary.json)."""
     s, b = SETTINGS, SETTINGS["belief_temperature"]
     folders = {float(t): _bag(out, b["variant"], float(t), dev=True) for t in b["grid"]}
     dev = {t: dev_belief(_items(folder), s["k"]) for t, folder in folders.items()}
     ids = {t: {str(r["id"]) for r in _items(folder)} for t, folder in folders.items()}
-    chosen = choose_temperature(dev)
     return {
         "grid": [float(t) for t in b["grid"]], "dev_items": b["dev_items"], "skip": s["bag_items"],
         "variant": b["variant"], "criterion": b["criterion"], "dev": {str(t): d for t, d in dev.items()},
-        "chosen": chosen, "dev_ids": sorted(set().union(*ids.values())),
+        **choose_temperature(dev), "dev_ids": sorted(set().union(*ids.values())),
     }  # fmt: skip
 
 
@@ -292,6 +297,20 @@ def faithfulness(records: list[dict], k: int) -> dict:
     }
 
 
+def routing_test(bag: dict) -> dict:
+    """How often BAG and the prompt-only baseline clarify on the same items, and Fisher's exact test of the 2x2 table
+    (variant x clarified or not): whether showing the model its K samples changes how often it asks."""
+    from fic.metrics import fisher_exact
+
+    counts = {}
+    for variant in ("bag", "prompt_only"):
+        routing, n = bag[variant]["routing"], bag[variant]["n"]
+        clarified = (routing.get("clarify") or {}).get("n", 0)
+        counts[variant] = {"clarify": clarified, "other": n - clarified, "n": n}
+    table = [[counts[v]["clarify"], counts[v]["other"]] for v in ("bag", "prompt_only")]
+    return {**counts, "fisher_p": fisher_exact(table)}
+
+
 def run(out: Path) -> Section:
     # imported here, not at the top: clarify_report imports this module
     from clarify_report import (
@@ -301,12 +320,13 @@ def run(out: Path) -> Section:
         _faith_rows,
         _interval,
         _pct,
+        _routing_table,
         _row,
         _temperature_table,
         _text,
     )
 
-    from fic.metrics import wilson_interval
+    from fic.metrics import REGRET_PARTS, regret_parts, wilson_interval
 
     s = SETTINGS
     choice = _belief_temperature(out)
@@ -351,6 +371,18 @@ def run(out: Path) -> Section:
             "interval by cluster bootstrap over episodes)",
             ["policy", "episodes x profiles", "regret [95% CI]", "resolution %", "turns"], matched_rows,
         ))  # fmt: skip
+        parts = {p: regret_parts(records[p]) for p in POLICIES}
+        for p in POLICIES:
+            summary[sc][p]["regret_parts"] = parts[p]
+        tables.append(Table(
+            f"{sc}: each policy's regret in parts (`fic.metrics.regret_parts`; mean over its episodes x profiles, "
+            "summing to its regret): the reference resolved and the policy did not because its answer named no "
+            "candidate, named a wrong one after fewer questions than the reference (under-clarifying) or after as "
+            "many (wrong after asking), or it abstained / ran out of turns; the turn cost of asking more than the "
+            "reference (over-clarifying) or less (saved, negative); resolved where the reference did not (negative)",
+            ["policy", "regret", *[name.replace("_", " ") for name in REGRET_PARTS]],
+            [[p, _f(sum(parts[p].values())), *[_f(parts[p][k]) for k in REGRET_PARTS]] for p in POLICIES],
+        ))  # fmt: skip
         profile_rows = []
         for p in POLICIES:
             for pr in PROFILES:
@@ -394,6 +426,8 @@ def run(out: Path) -> Section:
             _f(b["faithfulness"]["semantic_entropy_mean"], 2), _f(b["faithfulness"]["auroc_entropy_not_direct"], 2),
         ])  # fmt: skip
     summary["bag_vs_prompt_only"] = bag_summary
+    summary["routing_test"] = routing_test(bag_summary)
+    tables.append(_routing_table(summary["routing_test"], s["bag_items"]))
     summary["belief_temperature"] = choice
     for sc in s["scenarios"]:
         faith[f"regret_first_turn/{sc}"] = faithfulness(first_turns(_records(folders[(sc, "bag")])), s["k"])

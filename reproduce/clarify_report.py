@@ -11,27 +11,40 @@ def _temperature_table(choice: dict, k: int) -> Table:
     rows = []
     for t, d in choice["dev"].items():
         auc = "n/a (one class)" if d["auroc_ambiguous"] is None else f"{d['auroc_ambiguous']:.2f}"
-        rows.append([t, d["n"], d["ambiguous"], _f(d["entropy_mean"], 2), _pct(d["below_log_k"]), auc,
-                     "yes" if float(t) == choice["chosen"] else ""])  # fmt: skip
-    rec = choice.get("recorded")
-    where = (f" (made by the run at {rec['commit']} on these dev items and recorded in `{rec['file']}`; SCALE=cpu does "
-             "not rerun it)") if rec else ""  # fmt: skip
+        chosen = (
+            "yes" if float(t) == choice["chosen"] else "refused: constant" if float(t) in choice["refused"] else ""
+        )
+        rows.append([t, d["n"], d["ambiguous"], _f(d["entropy_mean"], 2), _pct(d["below_log_k"]), auc, chosen])
     return Table(
-        f"BAG's belief temperature{where}, chosen on {choice['dev_items']} dev AmbigQA items (positions "
+        f"BAG's belief temperature, chosen on {choice['dev_items']} dev AmbigQA items (positions "
         f"{choice['skip'] + 1}-{choice['skip'] + choice['dev_items']} of the seeded draw, `fic bag --variant "
-        f"{choice['variant']} --skip {choice['skip']}`), never on the {choice['skip']} reported items: AUROC of the "
-        f"semantic entropy of K={k} samples for the item being ambiguous (more than one disambiguation); ties or no "
-        "AUROC: most items below ln K, then the higher temperature",
+        f"{choice['variant']} --skip {choice['skip']}`), never on the {choice['skip']} reported items: "
+        f"{choice['criterion']}; the dev AUROC is of the semantic entropy of K={k} samples for the item being ambiguous "
+        "(more than one disambiguation); on so few dev items it is a coarse guide, not a result",
         ["belief temperature", "dev items", "ambiguous", "entropy mean (nats)", f"below ln {k} %",
          "AUROC entropy -> ambiguous", "chosen"], rows,
     )  # fmt: skip
 
 
+def _routing_table(test: dict, items: int) -> Table:
+    rows = [[v, test[v]["n"], test[v]["clarify"], _pct(test[v]["clarify"] / test[v]["n"] if test[v]["n"] else None)]
+            for v in ("bag", "prompt_only")]  # fmt: skip
+    return Table(
+        f"Routing: how often BAG and the prompt-only baseline clarify on the same {items} AmbigQA items; two-sided "
+        f"Fisher exact test of variant x clarified: p = {test['fisher_p']:.3f}",
+        ["variant", "items", "clarified", "clarified %"], rows,
+    )  # fmt: skip
+
+
+def _auroc_cell(auc: dict) -> str:
+    """An AUROC with its interval, or why there is none (one class, every score tied, too few items)."""
+    if auc["auroc"] is None:
+        return f"n/a ({auc.get('note') or 'one class'})"
+    return f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}]"
+
+
 def _faith_rows(name: str, f: dict) -> list[list]:
-    auc = f["auroc_not_direct"]
-    auc_cell = (
-        "n/a (one class)" if auc["auroc"] is None else f"{auc['auroc']:.2f} [{auc['low']:.2f}, {auc['high']:.2f}]"
-    )
+    auc_cell = _auroc_cell(f["auroc_not_direct"])
     rows = [
         [name, route, g["n"], _pct(g["share"]), _f(g["entropy_mean"], 2), ""] for route, g in f["by_route"].items()
     ]
@@ -98,6 +111,24 @@ def _text(summary: dict) -> list[str]:
             + ("The 95% intervals overlap, so at this size it neither confirms nor refutes the BAG paper's claim."
                if overlap else "The 95% intervals do not overlap.")
         )  # fmt: skip
+    test = summary.get("routing_test")
+    if test:
+        share = {v: test[v]["clarify"] / test[v]["n"] if test[v]["n"] else None for v in ("bag", "prompt_only")}
+        more = "more" if (share["bag"] or 0) > (share["prompt_only"] or 0) else "less"
+        lines.append(
+            f"Routing: with its K samples shown, BAG clarifies on {test['bag']['clarify']} of {test['bag']['n']} items, "
+            f"the prompt-only baseline on {test['prompt_only']['clarify']} of {test['prompt_only']['n']} (Fisher's "
+            f"exact p = {test['fisher_p']:.3f}): BAG clarifies {more} often"
+            + (", a difference this test detects." if test["fisher_p"] < 0.05 else ", a difference within chance here.")
+            + " BAG's mechanism is to ask when the samples disagree, so a BAG that asks less than the baseline while "
+            "its samples disagree routes against it."
+        )  # fmt: skip
+    for sc in s["scenarios"]:
+        parts = summary[sc]["model"].get("regret_parts")
+        if parts:
+            named = sorted(((v, k) for k, v in parts.items() if abs(v) >= 0.005), reverse=True)
+            lines.append(f"**{sc}**, SmolLM2's regret {sum(parts.values()):.3f} in parts: "
+                         + ", ".join(f"{k.replace('_', ' ')} {v:+.3f}" for v, k in named) + ".")  # fmt: skip
     lines += [
         "How the policies are built: `reference` asks the question of highest expected information gain while its "
         "value of information exceeds the per-turn cost; `always_answer` answers the most likely intent at once; "
@@ -123,19 +154,20 @@ def _text(summary: dict) -> list[str]:
 def _temperature_text(choice: dict, k: int) -> str:
     """One sentence on the belief temperature and how it was chosen."""
     chosen = choice["dev"][str(choice["chosen"])]
-    auc = chosen["auroc_ambiguous"]
     grid = ", ".join(str(t) for t in choice["grid"])
-    return (
+    refused = ", ".join(str(t) for t in choice["refused"])
+    text = (
         f"BAG's belief temperature is {choice['chosen']}, chosen from {grid} on {chosen['n']} dev AmbigQA items that "
-        f"are never reported (dev AUROC of the belief entropy for an ambiguous item {_f(auc, 2)}, "
-        f"{_pct(chosen['below_log_k'])}% of dev items below ln {k}; on so few items the choice is coarse); every "
-        "reported BAG run, prompt-only included, samples its belief at it."
-        + (f" The choice was made by the run at {rec['commit']} and is read from `{rec['file']}` (SCALE=cpu does not "
-           "rerun the dev grid, for time; SCALE=gpu does)." if (rec := choice.get("recorded")) else "")
-    )  # fmt: skip
-
-
-FEW_ITEMS = 10  # below this many items a percentile bootstrap only recombines the few at hand
+        f"are never reported (dev AUROC of the belief entropy for an ambiguous item {_f(chosen['auroc_ambiguous'], 2)}, "
+        f"{_pct(chosen['below_log_k'])}% of dev items below ln {k}); every reported BAG run, prompt-only included, "
+        "samples its belief at it."
+    )
+    if refused:
+        text += f" Refused for beliefs that are constant on dev (every item at ln {k} or at 0): {refused}."
+    if not choice["informative"]:
+        text += (" Every temperature of the grid gave constant beliefs on dev: BAG's belief carries nothing here, "
+                 "and its rows measure the prompt, not the belief.")  # fmt: skip
+    return text
 
 
 def _faith_text(faith: dict, k: int) -> list[str]:
@@ -147,11 +179,9 @@ def _faith_text(faith: dict, k: int) -> list[str]:
             continue
         agreed = f"on {_pct(f['below_log_k'])}% of {f['n']} the K={k} samples were not all different"
         if auc["auroc"] is None:
-            lines.append(f"Faithfulness `{name}`: {agreed}; every decision took one route, so no AUROC.")
+            lines.append(f"Faithfulness `{name}`: {agreed}; AUROC {auc.get('note') or 'not measurable'}.")
             continue
-        if f["n"] < FEW_ITEMS:
-            verdict = f"on {f['n']} decisions too few for the bootstrap interval to mean much"
-        elif auc["low"] <= 0.5 <= auc["high"]:
+        if auc["low"] <= 0.5 <= auc["high"]:
             verdict = "an interval that includes 0.5: no detectable link between belief and route at this size"
         else:
             verdict = "an interval that excludes 0.5"

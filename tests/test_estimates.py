@@ -100,12 +100,17 @@ def test_cluster_mean_counts_clusters_not_rows():
 
 
 def test_bootstrap_auroc():
-    out = bootstrap_auroc([0.0, 0.1, 1.0, 1.2], [False, False, True, True])
-    assert out["auroc"] == 1.0 and out["high"] == 1.0 and 0.0 <= out["low"] <= 1.0 and out["n_positive"] == 2
-    # a constant score (every belief at log K) is 0.5 by construction, and so is every resample
-    flat = bootstrap_auroc([math.log(5)] * 6, [True, False] * 3)
-    assert (flat["auroc"], flat["low"], flat["high"]) == (0.5, 0.5, 0.5)
-    assert bootstrap_auroc([1.0, 2.0], [True, True])["auroc"] is None
+    scores, labels = [0.0, 0.1, 0.2, 0.3, 0.4, 1.0, 1.2, 1.4, 1.6, 1.8], [False] * 5 + [True] * 5
+    out = bootstrap_auroc(scores, labels)
+    assert out["auroc"] == 1.0 and out["high"] == 1.0 and 0.0 <= out["low"] <= 1.0 and out["n_positive"] == 5
+    assert out["note"] == ""
+    # a constant score (every belief at log K) is 0.5 by ties alone, and so would be every resample: no interval
+    flat = bootstrap_auroc([math.log(5)] * 12, [True, False] * 6)
+    assert (flat["auroc"], flat["low"], flat["high"]) == (None, None, None)
+    assert flat["note"] == "not measurable: every score is tied"
+    assert bootstrap_auroc([1.0, 2.0], [True, True])["note"] == "not measurable: one class only"
+    few = bootstrap_auroc(scores[3:8], labels[3:8])  # 5 items: a resample only recombines them
+    assert few["auroc"] is None and few["note"].startswith("not estimable: 5 clusters")
 
 
 def test_judge_error_rates():

@@ -101,3 +101,13 @@ def test_recovery_target_reads_a_ratio_target_on_the_gap_closed_scale():
     assert recovery(full, sharded, 0.93 * full)["recovery"] > target > recovery(full, sharded, 0.91 * full)["recovery"]
     assert recovery_target(0.8, 0.2, 1.0) == pytest.approx(1.0)
     assert recovery_target(0.8, 0.76, 0.92) < 0  # already at 95% of P_full before training: met without training
+
+
+@pytest.mark.parametrize("table", [[[3, 7], [9, 1]], [[0, 10], [0, 10]], [[5, 5], [5, 5]], [[1, 29], [9, 21]],
+                                   [[12, 3], [2, 13]], [[0, 30], [30, 0]]])  # fmt: skip
+def test_fisher_exact_matches_scipy(table):
+    from scipy.stats import fisher_exact as scipy_fisher
+
+    from fic.metrics import fisher_exact
+
+    assert fisher_exact(table) == pytest.approx(scipy_fisher(table).pvalue, rel=1e-9, abs=1e-12)

@@ -147,18 +147,24 @@ def test_faithfulness_table_and_summary(clarify_part):
                           "regret_first_turn/ambigqa"}  # fmt: skip
     bag = faith["bag_items/bag"]
     # clarify items have entropy log 5, answers 0 or 0.5: entropy separates the routes perfectly
-    assert bag["auroc_not_direct"]["auroc"] == 1.0 and bag["by_route"]["clarify"]["entropy_mean"] == math.log(5)
-    assert bag["below_log_k"] == pytest.approx(6 / 10) and bag["by_route"]["abstain"]["n"] == 0
-    flat = faith["bag_items/prompt_only"]  # log K everywhere: 0.5 by construction, said so
-    assert flat["auroc_not_direct"]["auroc"] == 0.5 and flat["below_log_k"] == 0.0
+    assert bag["auroc_not_direct"]["auroc"] == 1.0
+    assert bag["by_route"]["clarify"]["entropy_mean"] == pytest.approx(math.log(5))
+    assert bag["below_log_k"] == pytest.approx(20 / 30) and bag["by_route"]["abstain"]["n"] == 0
+    flat = faith["bag_items/prompt_only"]  # log K everywhere: an AUROC of ties, not measurable, said so
+    assert flat["auroc_not_direct"]["auroc"] is None and flat["below_log_k"] == 0.0
+    assert flat["auroc_not_direct"]["note"] == "not measurable: every score is tied"
     first = faith["regret_first_turn/products"]  # once per episode, not per profile
-    assert first["n"] == part.SETTINGS["bag_episodes"] and first["by_route"]["clarify"]["n"] == 1
+    assert (
+        first["n"] == part.SETTINGS["bag_episodes"]
+        and first["by_route"]["clarify"]["n"] == part.SETTINGS["bag_episodes"] // 2
+    )
     table = next(t for t in section.tables if t.caption.startswith("Strategy faithfulness"))
-    assert ["bag_items/bag", "clarify", 4, "40.0", "1.61", ""] in table.rows
+    assert ["bag_items/bag", "clarify", 10, "33.3", "1.61", ""] in table.rows
     assert any(r[:2] == ["bag_items/bag", "all"] and r[-1].startswith("1.00 [") for r in table.rows)
     text = " ".join(section.text)
-    assert "Faithfulness `bag_items/prompt_only`: on 0.0% of 10" in text and "includes 0.5" in text
-    assert "on 3 decisions too few for the bootstrap interval" in text  # no claim from 3 episodes
+    assert "Faithfulness `bag_items/prompt_only`: on 0.0% of 30" in text
+    assert "AUROC not measurable: every score is tied" in text
+    assert "Faithfulness `regret_first_turn/products`" in text and "AUROC of entropy for not answering" in text
 
 
 def test_profile_sentence_names_the_profiles_that_change_nothing(clarify_part):
@@ -186,10 +192,12 @@ def test_belief_temperature_chosen_on_dev_items_only(clarify_run):
     reported_ids = {r["id"] for v in s["bag_variants"] for r in part._items(Path(
         _flag(next(c for c in reported if _flag(c, "--variant") == v), "--out")))}  # fmt: skip
     assert reported_ids == {str(i) for i in range(s["bag_items"])}
-    assert set(choice["dev_ids"]) == {str(i) for i in range(10, 20)} and not set(choice["dev_ids"]) & reported_ids
-    # the highest dev AUROC wins
+    n = s["bag_items"]
+    assert set(choice["dev_ids"]) == {str(i) for i in range(n, n + 10)} and not set(choice["dev_ids"]) & reported_ids
+    # beliefs constant on dev are refused (0.3: every item at 0; 1.0: every item at ln 5); the highest AUROC wins
     assert choice["chosen"] == 0.7 and choice["grid"] == [0.3, 0.7, 1.0]
-    assert choice["dev"]["0.7"] == {"n": 10, "ambiguous": 3, "entropy_mean": pytest.approx(0.44),
+    assert choice["refused"] == [0.3, 1.0] and choice["informative"]
+    assert choice["dev"]["0.7"] == {"n": 10, "ambiguous": 4, "entropy_mean": pytest.approx(0.52),
                                     "below_log_k": 1.0, "auroc_ambiguous": 1.0}  # fmt: skip
     assert choice["dev"]["1.0"]["auroc_ambiguous"] == 0.5 and choice["dev"]["1.0"]["below_log_k"] == 0.0
 
@@ -205,9 +213,11 @@ def test_chosen_belief_temperature_reaches_every_reported_bag_run(clarify_run):
         assert _flag(c, "--belief-temperature") == expected, name
     assert sum(_flag(c, "--belief-temperature") == 0.7 for c in regret.values()) == 4  # bag, bag_plus x 2 scenarios
     table = next(t for t in section.tables if t.caption.startswith("BAG's belief temperature"))
-    assert "chosen on 10 dev AmbigQA items" in table.caption and "never on the 10 reported items" in table.caption
+    n = part.SETTINGS["bag_items"]
+    assert "chosen on 10 dev AmbigQA items" in table.caption and f"never on the {n} reported items" in table.caption
     assert [r[0] for r in table.rows] == ["0.3", "0.7", "1.0"]
-    assert [r[-1] for r in table.rows] == ["", "yes", ""] and table.rows[1][5] == "1.00"
+    assert [r[-1] for r in table.rows] == ["refused: constant", "yes", "refused: constant"]
+    assert table.rows[1][5] == "1.00"
     accuracy = next(t for t in section.tables if t.caption.startswith("BAG against the prompt-only"))
     assert "samples at T=0.7, chosen on dev items" in accuracy.caption
     assert section.tables.index(table) == section.tables.index(accuracy) - 1
@@ -216,27 +226,32 @@ def test_chosen_belief_temperature_reaches_every_reported_bag_run(clarify_run):
     )
 
 
-def test_belief_temperature_ties_go_to_more_agreement_then_the_higher_temperature(tmp_path, monkeypatch):
-    # every temperature's AUROC is 0.5; 0.3 and 0.7 both have every dev item below ln 5, 1.0 none: 0.7
+def test_beliefs_constant_at_every_temperature_are_said_to_carry_nothing(tmp_path, monkeypatch):
+    # 0.3 and 0.7: every dev item at 0; 1.0: every item at ln 5: all refused, the highest temperature runs, said so
     flat = {0.3: (0.0, 0.0), 0.7: (0.0, 0.0), 1.0: (math.log(5), math.log(5))}
     _, section, calls = run_part(tmp_path, monkeypatch, dev_entropy=flat)
-    assert section.summary["belief_temperature"]["chosen"] == 0.7
-    assert {_flag(c, "--belief-temperature") for c in calls if c[0] == "bag" and "--skip" not in c} == {0.7}
+    choice = section.summary["belief_temperature"]
+    assert (choice["chosen"], choice["informative"], choice["refused"]) == (1.0, False, [0.3, 0.7, 1.0])
+    assert {_flag(c, "--belief-temperature") for c in calls if c[0] == "bag" and "--skip" not in c} == {1.0}
+    assert "BAG's belief carries nothing here" in " ".join(section.text)
 
 
 def test_choose_temperature_rule():
     sys.modules.pop("clarify", None)
     import clarify as part
 
-    def d(auc, below):
-        return {"auroc_ambiguous": auc, "below_log_k": below}
+    def d(auc, below, mean=0.5):
+        return {"auroc_ambiguous": auc, "below_log_k": below, "entropy_mean": mean}
 
-    assert part.choose_temperature({0.3: d(0.9, 0.1), 0.7: d(0.6, 1.0), 1.0: d(0.5, 0.0)}) == 0.3  # AUROC first
-    assert part.choose_temperature({0.3: d(0.6, 0.8), 0.7: d(0.6, 0.2), 1.0: d(0.6, 0.5)}) == 0.3  # then agreement
-    assert part.choose_temperature({0.3: d(0.6, 0.5), 0.7: d(0.6, 0.5), 1.0: d(0.2, 0.9)}) == 0.7  # then higher T
-    assert part.choose_temperature({0.3: d(None, 0.4), 0.7: d(None, 0.4), 1.0: d(None, 0.0)}) == 0.7  # no AUROC
-    # an AUROC equal up to float noise is a tie
-    assert part.choose_temperature({0.3: d(0.6, 0.9), 0.7: d(0.6 + 1e-12, 0.1)}) == 0.3
+    pick = lambda dev: part.choose_temperature(dev)["chosen"]  # noqa: E731
+    assert pick({0.3: d(0.9, 0.1), 0.7: d(0.6, 1.0), 1.0: d(0.5, 0.3)}) == 0.3  # AUROC first
+    assert pick({0.3: d(0.6, 0.8), 0.7: d(0.6, 0.4), 1.0: d(0.6, 0.9)}) == 0.7  # then the most spread
+    assert pick({0.3: d(0.6, 0.5), 0.7: d(0.6, 0.5), 1.0: d(0.2, 0.9)}) == 0.7  # then the higher temperature
+    assert pick({0.3: d(None, 0.4), 0.7: d(None, 0.4), 1.0: d(None, 0.5)}) == 1.0  # no AUROC: spread
+    assert pick({0.3: d(0.6, 0.9), 0.7: d(0.6 + 1e-12, 0.9)}) == 0.7  # an AUROC equal up to float noise is a tie
+    # a high AUROC over constant beliefs does not count: every item at ln K, or every item at 0 entropy
+    choice = part.choose_temperature({0.3: d(0.9, 1.0, mean=0.0), 0.7: d(0.4, 0.5), 1.0: d(0.6, 0.0)})
+    assert choice == {"chosen": 0.7, "informative": True, "refused": [0.3, 1.0]}
 
 
 def test_dev_items_that_are_reported_items_stop_the_part(tmp_path, monkeypatch):
@@ -244,17 +259,15 @@ def test_dev_items_that_are_reported_items_stop_the_part(tmp_path, monkeypatch):
         run_part(tmp_path, monkeypatch, honour_skip=False)
 
 
-def test_recorded_belief_temperature_runs_no_dev_grid_and_says_where_it_comes_from(tmp_path, monkeypatch):
-    """SCALE=cpu: no dev `fic bag` run; every reported BAG run samples at the recorded temperature, and the table and
-    text name the commit and file the dev numbers come from."""
-    recorded = repro.recorded_choice("clarify_belief_temperature")
-    _, section, calls = run_part(tmp_path, monkeypatch, in_run=False)
-    assert not [c for c in calls if c[0] == "bag" and "--skip" in c]
-    bag_runs = [c for c in calls if c[0] == "bag" or _flag(c, "--belief-temperature") is not None]
-    assert bag_runs and {_flag(c, "--belief-temperature") for c in bag_runs} == {recorded["chosen"]}
-    choice = section.summary["belief_temperature"]
-    assert choice["chosen"] == recorded["chosen"] and choice["recorded"]["commit"] == recorded["recorded"]["commit"]
-    table = next(t for t in section.tables if t.caption.startswith("BAG's belief temperature"))
-    assert recorded["recorded"]["commit"] in table.caption and "dev_choices.json" in table.caption
-    assert [r[-1] for r in table.rows].count("yes") == 1
-    assert f"made by the run at {recorded['recorded']['commit']}" in " ".join(section.text)
+def test_routing_of_bag_and_prompt_only_is_tested(clarify_part):
+    part, section = clarify_part
+    test = section.summary["routing_test"]
+    n = part.SETTINGS["bag_items"]
+    # the made-up items route alike in both variants (every third clarifies): no difference, p = 1
+    assert test["bag"] == test["prompt_only"] == {"clarify": n // 3, "other": n - n // 3, "n": n}
+    assert test["fisher_p"] == pytest.approx(1.0)
+    table = next(t for t in section.tables if t.caption.startswith("Routing:"))
+    assert "Fisher exact test" in table.caption and table.rows[0][:3] == ["bag", n, n // 3]
+    assert "a difference within chance here" in " ".join(section.text)
+    parts = section.summary["products"]["model"]["regret_parts"]
+    assert sum(parts.values()) == pytest.approx(section.summary["products"]["model"]["regret"])

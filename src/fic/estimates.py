@@ -216,20 +216,30 @@ def bootstrap_auroc(
     rows (`fic.bootstrap.item_bootstrap`, one row per item; resamples that lack a class are skipped).
 
     Returns:
-        `dict`: `{"auroc", "low", "high", "n", "n_positive"}`; auroc, low and high are None when one class is absent.
+        `dict`: `{"auroc", "low", "high", "n", "n_positive", "note"}`; auroc, low and high are None, with the reason in
+        `note`, when one class is absent, when every score is tied (an AUROC of 0.5 by ties says nothing: "not
+        measurable") or when there are fewer than `MIN_CLUSTERS` rows ("not estimable"); `note` is "" otherwise.
     """
     from fic.metrics import auroc
 
     if len(scores) != len(labels):
         raise ValueError(f"auroc needs one label per score ({len(scores)} vs {len(labels)}).")
+    n_pos = sum(map(bool, labels))
+    empty = {"auroc": None, "low": None, "high": None, "n": len(scores), "n_positive": n_pos}
+    if n_pos in (0, len(scores)):
+        return {**empty, "note": "not measurable: one class only"}
+    if len({float(s) for s in scores}) == 1:
+        return {**empty, "note": "not measurable: every score is tied"}
+    if len(scores) < MIN_CLUSTERS:
+        return {**empty, "note": _not_estimable(len(scores))}
     rows = [[(float(s), bool(y))] for s, y in zip(scores, labels)]
 
     def statistic(drawn: list) -> dict:
         return {"auroc": auroc([s for s, _ in drawn], [y for _, y in drawn])}
 
     cell = item_bootstrap(rows, statistic, n_boot, seed, alpha_of(z))["auroc"]
-    return {"auroc": cell["value"], "low": cell["low"], "high": cell["high"], "n": len(scores),
-            "n_positive": sum(map(bool, labels))}  # fmt: skip
+    return {"auroc": cell["value"], "low": cell["low"], "high": cell["high"], "n": len(scores), "n_positive": n_pos,
+            "note": ""}  # fmt: skip
 
 
 def _share_and_variance(flags: list[bool], clusters: list[Hashable]) -> tuple[float | None, float | None]:

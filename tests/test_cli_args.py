@@ -46,19 +46,6 @@ def test_help_shows_defaults_and_hides_old_spellings():
 
 
 @pytest.mark.parametrize(
-    ("command", "argv", "dest", "value"),
-    [
-        ("regret", ["--scenario", "products", "--policy", "reference", "--seed", "0", "--episodes", "7",
-                    "--out", "o"], "limit", 7),
-        ("bag", ["--model", "m", "--seed", "0", "--items", "5", "--out", "o"], "limit", 5),
-    ],
-)  # fmt: skip
-def test_old_spellings_still_parse(command, argv, dest, value):
-    """The two aliases eval/clarify still passes (`aliases=`); every other old spelling is gone (no release)."""
-    assert getattr(parser_for(command).parse_args(argv), dest) == value
-
-
-@pytest.mark.parametrize(
     ("command", "argv"),
     [
         ("build-followups", ["--n", "3", "--out", "o"]),
@@ -66,6 +53,8 @@ def test_old_spellings_still_parse(command, argv, dest, value):
         ("build-followups", ["--answer-tokens", "9", "--out", "o"]),
         ("lic", ["--model", "m", "--user", "rule", "--out", "o"]),
         ("judge", ["in.jsonl", "--base-url", "http://x/v1", "--model", "j", "--out", "o"]),
+        ("regret", ["--scenario", "products", "--policy", "reference", "--episodes", "7", "--out", "o"]),
+        ("bag", ["--model", "m", "--items", "5", "--out", "o"]),
     ],
 )  # fmt: skip
 def test_removed_spellings_are_refused(command, argv):

@@ -350,7 +350,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="sampling temperature of the K belief samples (> 0; bag_plus resamples at it too)",
     )
-    cli_args.add_limit_argument(parser, 100, help="AmbigQA items (a seeded sample)", aliases=("--items",))
+    cli_args.add_limit_argument(parser, 100, help="AmbigQA items (a seeded sample)")
     parser.add_argument(
         "--skip",
         type=int,

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                  help=f"{cli_args.MODEL_HELP}; for --policy model/bag")  # fmt: skip
     parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all")
     cli_args.add_limit_argument(parser, RegretConfig().limit, help="episodes (each played under every "
-                                "profile)", aliases=("--episodes",))  # fmt: skip
+                                "profile)")  # fmt: skip
     cli_args.add_seed_argument(parser, required=True)
     cli_args.add_out_argument(parser)
     parser.add_argument("--cost", type=float, default=0.1, help="per-turn cost c in V = 1[resolved] - c x turns")

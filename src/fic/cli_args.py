@@ -20,7 +20,6 @@ callback measure a checkpoint the same way; the judge flags are one `fic.judges.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 
 from fic.errors import FicError
@@ -70,25 +69,6 @@ def parse_list(flag: str, text: str, cast=str, valid=None, minimum=None) -> list
         fix = f"valid: {', '.join(map(str, valid))}" if valid is not None else f"each must be >= {minimum}"
         raise ArgumentError(f"{flag} {text!r}: {bad} not allowed; {fix}")
     return values
-
-
-class _Deprecated(argparse.Action):
-    """Stores like the flag it stands for, and says once which spelling to use instead."""
-
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        logging.getLogger(__name__).warning("%s is deprecated; use %s", option_string, self.new)
-        setattr(namespace, self.dest, values)
-
-
-def deprecated_alias(parser, flag: str, dest: str, **kwargs) -> None:
-    """A hidden, deprecated spelling of another flag (same destination)."""
-    new = "--" + dest.replace("_", "-")
-    parser.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, action=_Deprecated,
-                        new=new, **kwargs)  # fmt: skip
 
 
 def add_model_arguments(parser, *, required: bool = True, backends=BACKENDS, tokenizer: bool = True,
@@ -165,17 +145,12 @@ def add_out_argument(parser, help: str = "output folder (rerun with the same fol
     parser.add_argument("--out", required=True, metavar="DIR", help=help)
 
 
-def add_limit_argument(parser, default: int | None, help: str = "items per dataset", aliases=()) -> None:
+def add_limit_argument(parser, default: int | None, help: str = "items per dataset") -> None:
     parser.add_argument("--limit", type=positive_int, default=default, help=help)
-    for flag in aliases:
-        deprecated_alias(parser, flag, "limit", type=positive_int)
 
 
-def add_samples_argument(parser, default: int | None, help: str = "user turns per item and temperature",
-                         aliases=()) -> None:  # fmt: skip
+def add_samples_argument(parser, default: int | None, help: str = "user turns per item and temperature") -> None:
     parser.add_argument("--samples", type=positive_int, default=default, help=help)
-    for flag in aliases:
-        deprecated_alias(parser, flag, "samples", type=positive_int)
 
 
 def add_token_arguments(parser, max_new_tokens: int, response_tokens: int | None = None,

@@ -4,7 +4,7 @@ BAG tables, and its text."""
 from __future__ import annotations
 
 from clarify import POLICIES, PROFILES, RULE_POLICIES, SETTINGS
-from repro import Table
+from repro import Table, few_clusters
 
 
 def _temperature_table(choice: dict, k: int) -> Table:
@@ -71,7 +71,7 @@ def _row(policy: str, g: dict, c: dict) -> list:
     res = c["resolution"]
     return [
         policy, f"{c['n_episodes']} x {c['n'] // max(c['n_episodes'], 1)}", _interval(c["regret"]), _f(g["value"]),
-        f"{_pct(res['rate'])} [{_pct(res['low'])}, {_pct(res['high'])}]", _f(g["turns_mean"], 2),
+        few_clusters(res) or f"{_pct(res['rate'])} [{_pct(res['low'])}, {_pct(res['high'])}]", _f(g["turns_mean"], 2),
         _f(g["user_tokens_mean"], 1), f"{_pct(ineff['rate'])} ({ineff['questions']} q)",
         _pct(stop["answer_early_rate"]), _pct(stop["ask_late_rate"]), _pct(g["abstain_rate"]),
         _pct(g["out_of_turns_rate"]),

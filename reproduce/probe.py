@@ -555,7 +555,12 @@ def judge_validation(test_rows: list[dict], double_rows: list[dict], judge_label
 
 def judge_validation_table(validation: dict) -> Table:
     def kappa(c: dict, name: str) -> str:
-        return f"{c[name]:.2f} [{c[name + '_low']:.2f}, {c[name + '_high']:.2f}]" if c.get("n") else "n/a"
+        if not c.get("n"):
+            return "n/a"
+        return repro.few_clusters(c) or f"{c[name]:.2f} [{c[name + '_low']:.2f}, {c[name + '_high']:.2f}]"
+
+    def agreement(c: dict, name: str) -> str:
+        return "n/a" if not c.get("n") else repro.few_clusters(c) or f"{c[name]:.2f}"
 
     rows = []
     for who, label in (
@@ -565,8 +570,8 @@ def judge_validation_table(validation: dict) -> Table:
         for slice_ in ("random", "balanced"):
             c = validation[who][slice_]
             rows.append([label, slice_, c.get("n"), c.get("n_items"),
-                         f"{c['genuine_agreement']:.2f}" if c.get("n") else "n/a", kappa(c, "genuine_kappa"),
-                         f"{c['label_agreement']:.2f}" if c.get("n") else "n/a", kappa(c, "label_kappa")])  # fmt: skip
+                         agreement(c, "genuine_agreement"), kappa(c, "genuine_kappa"),
+                         agreement(c, "label_agreement"), kappa(c, "label_kappa")])  # fmt: skip
     return Table(
         "Table 7: judge validation on the labels' test split (SmolLM2 turns outside every fit; labels by "
         "independent AI-agent annotators following labels/followup/GUIDELINE.md, blind): random = every test turn "

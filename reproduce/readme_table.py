@@ -17,6 +17,8 @@ import json
 import math
 from pathlib import Path
 
+from repro import few_clusters
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SUMMARY = RESULTS / "summary.json"
 NAMES = {"gsm8k": "GSM8K", "mt_bench": "MT-Bench", "healthbench": "HealthBench", "ifbench": "IFBench",
@@ -26,8 +28,8 @@ ARMS = {"real": "real follow-ups", "template_unfiltered": "template, unfiltered"
 
 
 def _rate(c: dict) -> str:
-    """`12% [5, 24]` of a rate `{rate, low, high}`."""
-    return f"{100 * c['rate']:.0f}% [{100 * c['low']:.0f}, {100 * c['high']:.0f}]"
+    """`12% [5, 24]` of a rate `{rate, low, high}`; "not estimable: ..." under 10 items."""
+    return few_clusters(c) or f"{100 * c['rate']:.0f}% [{100 * c['low']:.0f}, {100 * c['high']:.0f}]"
 
 
 def _points(d: dict) -> str:
@@ -188,8 +190,13 @@ def _clarify(s: dict) -> tuple[str, str]:
         f"{c['belief_temperature']['chosen']:g} chosen on dev items): mean entropy "
         f"{faith['entropy_mean']:.3f} (ln K = {math.log(faith['k']):.3f}), {100 * faith['below_log_k']:.0f}% of "
         f"{faith['n']} items below ln K, AUROC for not answering directly "
-        + ("n/a" if auroc["auroc"] is None else f"{auroc['auroc']:.2f} [{auroc['low']:.2f}, {auroc['high']:.2f}]")
+        + (f"n/a ({auroc.get('note') or 'one class'})" if auroc["auroc"] is None
+           else f"{auroc['auroc']:.2f} [{auroc['low']:.2f}, {auroc['high']:.2f}]")
     )  # fmt: skip
+    test = c.get("routing_test")
+    if test:
+        result += (f"; clarified: BAG {test['bag']['clarify']}/{test['bag']['n']} items, prompt-only "
+                   f"{test['prompt_only']['clarify']}/{test['prompt_only']['n']} (Fisher p = {test['fisher_p']:.3f})")  # fmt: skip
     carries = faith["below_log_k"] > 0 and auroc["auroc"] is not None and auroc["low"] > 0.5
     return result, ("belief carries detectable signal" if carries
                     else "belief: no detectable signal at this size")  # fmt: skip

@@ -242,18 +242,30 @@ def judge_line(judge: dict) -> str:
             f"{tr['n']} trained models' turns ({tr['n_items']} items)")  # fmt: skip
 
 
+def few_clusters(cell: dict | None) -> str | None:
+    """ "not estimable: N clusters (< 10)" when a figure rests on fewer than `fic.estimates.MIN_CLUSTERS` items (its
+    `n_items`), else None: under that many items no rate, kappa or AUROC is printed as a number."""
+    from fic.estimates import MIN_CLUSTERS, _not_estimable
+
+    n_items = (cell or {}).get("n_items")
+    return _not_estimable(n_items) if n_items is not None and n_items < MIN_CLUSTERS else None
+
+
 def rate_cell(cell: dict | None) -> str:
-    """`12.5 [5.0, 20.1] n=40` (percent, 95% interval) from a rate dict (`fic.followup_summary.raw_rate`)."""
+    """`12.5 [5.0, 20.1] n=40` (percent, 95% interval) from a rate dict (`fic.followup_summary.raw_rate`); "not
+    estimable: ..." under 10 items (`few_clusters`)."""
     if not cell or cell.get("rate") is None:
         return "n/a"
-    return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}] n={cell['n']}"
+    return few_clusters(cell) or (
+        f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}] n={cell['n']}"
+    )
 
 
 def interval_cell(cell: dict | None) -> str:
-    """`12.5 [5.0, 20.1]` (percent, 95% interval), or n/a."""
+    """`12.5 [5.0, 20.1]` (percent, 95% interval), or n/a; "not estimable: ..." under 10 items (`few_clusters`)."""
     if not cell or cell.get("rate") is None:
         return "n/a"
-    return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}]"
+    return few_clusters(cell) or f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}]"
 
 
 def estimate(est: dict | None) -> dict:

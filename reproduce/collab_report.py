@@ -63,10 +63,22 @@ def _holm_overall(differences: dict) -> dict:
     return {k: {**d, "overall": adjusted[k]} for k, d in differences.items()}
 
 
-def _estimates(summary: dict) -> dict:
-    """raw, corrected and generic floor per dataset and overall of one probe summary."""
+TRAINED_NOT_CORRECTED = (
+    "no corrected rate: the judge's error rates were measured on SmolLM2's turns, and they do not transfer to a "
+    "trained model's (fitted on SmolLM2's turns and scored on trained ones, kappa 0.17; labels/followup/README.md); "
+    "the calibrated rate, from this model's own blind labels, is the trained arm's estimate"
+)
+
+
+def _estimates(summary: dict, model: str = "base") -> dict:
+    """raw, corrected and generic floor per dataset and overall of one probe summary. A trained model's corrected
+    rate is left out (`TRAINED_NOT_CORRECTED`): only the base model's turns measured the judge's errors."""
     out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in DATASETS}
     out["overall"] = repro.estimate(summary.get("overall"))
+    if model != "base":
+        out = {
+            d: {**e, "corrected": None, "corrected_note": TRAINED_NOT_CORRECTED} if e else e for d, e in out.items()
+        }
     return out
 
 
@@ -115,7 +127,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
     rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
     differences = _holm_overall({k: _differences(rows["base"], rows[k]) for k in models if k != "base"})
-    estimates = {k: _estimates(v) for k, v in probes.items()}
+    estimates = {k: _estimates(v, k) for k, v in probes.items()}
     evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
     trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
                    "conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),

@@ -32,7 +32,7 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
     for name in models:
         folder = out / f"probe_{name}"
         entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
-        labels_path, changed = folder / LABELS_FILE, 0
+        labels_path, changed = folder / LABELS_FILE, []
         rows = _rows(folder / "samples.jsonl")
         if not labels_path.is_file() and (committed / f"{name}.jsonl").is_file():
             entry["committed"] = str(committed / f"{name}.jsonl")
@@ -44,9 +44,9 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
         meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
         try:
             labels = read_labels(labels_path, rows, meta.get("run_id"), folder)
-            if changed > len(labels):
-                raise RatesError(f"{changed} of {changed + len(labels)} labelled turns differ in this run: labels of "
-                                 "another run")  # fmt: skip
+            if len(changed) > len(labels):
+                raise RatesError(f"{len(changed)} of {len(changed) + len(labels)} labelled turns differ in this run: "
+                                 "labels of another run")  # fmt: skip
         except RatesError as err:
             result[name] = {**entry, "status": f"labels not usable: {err}", "n_labels": 0}
             continue
@@ -54,10 +54,11 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
         if label_maps is not None:
             label_maps[name] = label_map
         by_dataset = {d: calibrated([r for r in rows if r["dataset"] == d], label_map) for d in DATASETS}
-        status = f"{len(labels)} labels" + (
-            f" ({changed} labelled turn(s) differ in this run: left out)" if changed else ""
+        status = f"{len(labels)} of {len(labels) + len(changed)} labels attach" + (
+            f" ({len(changed)} labelled turn(s) differ in this run, left out: {', '.join(changed)})" if changed else ""
         )
-        result[name] = {**entry, "status": status, "n_labels": len(labels), "left_out": changed,
+        result[name] = {**entry, "status": status, "n_labels": len(labels), "left_out": len(changed),
+                        "left_out_keys": changed,
                         "labelled_rate": sum(label_map.values()) / len(label_map) if label_map else None,
                         "overall": calibrated(rows, label_map), "by_dataset": by_dataset}  # fmt: skip
     return result
@@ -108,7 +109,7 @@ def calibrated_target(name: str, what: str, cal: dict, rise: float | None, at_le
     return repro.Target(what, target, measured, met)
 
 
-def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, int]:
+def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, list[str]]:
     """The committed labels of `path` whose turn's text hashes the same in this run's `rows`, written to
     `folder/labels_committed.jsonl`, and how many were left out. A rerun on CPU reproduces nearly every turn, but a
     sampled token can change in a few (float order); those labels describe another text and are not used. A line
@@ -117,7 +118,7 @@ def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, 
     from fic.followup_summary import row_key
 
     texts = {row_key(r): turn_sha(r["user_turn"]) for r in rows}
-    kept, changed = [], 0
+    kept, changed = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             label = json.loads(line)
@@ -125,7 +126,7 @@ def committed_labels(path: Path, rows: list[dict], folder: Path) -> tuple[Path, 
         except (ValueError, KeyError, TypeError, AttributeError):
             now = then = None
         if now is not None and then is not None and now != then:
-            changed += 1
+            changed.append("|".join(map(str, row_key(label))))
         elif line.strip():
             kept.append(line)
     out = folder / "labels_committed.jsonl"

@@ -323,6 +323,12 @@ def test_summary_keys_floors_and_calibrated(collab_part):
     (committed / "base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
     cal = calibrated_rates(out, models, committed)["base"]
     assert cal["n_labels"] == 29 and cal["left_out"] == 1 and "1 labelled turn(s) differ" in cal["status"]
+    named = "|".join(str(labels[0][k]) for k in ("dataset", "item_id", "temperature", "perturbation", "sample"))
+    assert (
+        cal["left_out_keys"] == [named]
+        and cal["status"].startswith("29 of 30 labels attach")
+        and named in cal["status"]
+    )
     # most turns changed: labels of another run, refused
     for x in labels[:16]:
         x["turn_sha"] = turn_sha("another text")

@@ -157,7 +157,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                "reward_curve": curve, "reward_first_quarter": rl_eval["before"].get("mean_reward"),
                "reward_last_quarter": rl_eval["after"].get("mean_reward"),
                "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
-               "hyperparameters": rl_tuning},
+               "reward_hacking": rl_eval.get("reward_hacking"), "hyperparameters": rl_tuning},
         "gsm8k_accuracy": acc_only,
         "heldout": {"healthbench_contexts": len(_rows(paths["hb_test"])), "mt_bench_contexts": len(_rows(paths["mtb_test"])),
                     "temperature": p["temperatures"], "samples": p["samples"]},
@@ -313,6 +313,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
         calibrated_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
                           f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
                           "first -> last quarter of steps)", cal_diffs, summary["floor_rise"]["rl"]["overall"], 1e-9),
+        _hacking_target(summary["rl"]["reward_hacking"]),
     ]  # fmt: skip
     src = arms["template_filtered"]["sources"]
     labelled = [k for k, c in calibrated.items() if c["n_labels"]]
@@ -374,6 +375,18 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                          tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table, labels, stats,
                                  reward, shown],
                          text=text, targets=targets)  # fmt: skip
+
+
+def _hacking_target(check: dict | None) -> repro.Target:
+    """Follow-up RL's reward against the judge-genuine share on every logged window (`fic.trainers.reward_hacking`):
+    a window where the reward rises while the genuine share falls is the policy gaming the reward."""
+    what = "follow-up RL's reward and judge-genuine share move together on every logged window"
+    if not check or not check.get("windows"):
+        return repro.Target(what, "no window flagged", "no reward-hacking check in the run's eval_summary.json", False)
+    windows = check["windows"]
+    measured = (f"{check['flagged']} of {len(windows)} windows of {check['window']} logged steps flagged"
+                + (f": {check['warning']}" if check.get("warning") else ""))  # fmt: skip
+    return repro.Target(what, "no window flagged", measured, check["flagged"] == 0)
 
 
 def _recorded_note(tuning: dict) -> str:

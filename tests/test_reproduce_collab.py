@@ -490,3 +490,18 @@ def test_recorded_sft_choice_refuses_another_grid(tmp_path, monkeypatch):
     monkeypatch.setitem(part.SETTINGS["sft"], "grid", {"learning_rate": [1e-4, 3e-4], "max_steps": [4, 8]})
     with pytest.raises(repro.StepError, match=r"this run's: \{'learning_rate': \[0.0001, 0.0003\]"):
         part.recorded_choice("collab_sft")
+
+
+def test_the_rl_reward_is_checked_against_the_genuine_share_per_window():
+    sys.modules.pop("collab_report", None)
+    import collab_report
+
+    from fic.trainers.reward_hacking import reward_hacking_summary
+
+    key = "followup/genuine_rate"
+    rising_reward_falling_genuine = [{"step": i, "reward": 0.1 * i, key: 0.5 - 0.05 * i} for i in range(1, 5)]
+    flagged = collab_report._hacking_target(reward_hacking_summary(rising_reward_falling_genuine, 2))
+    assert not flagged.met and "2 of 2 windows of 2 logged steps flagged" in flagged.measured
+    together = [{"step": i, "reward": 0.1 * i, key: 0.1 * i} for i in range(1, 5)]
+    assert collab_report._hacking_target(reward_hacking_summary(together, 2)).met
+    assert not collab_report._hacking_target(None).met

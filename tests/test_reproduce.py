@@ -186,3 +186,21 @@ def test_reference_step_runs_smollm2_in_a_fresh_process():
     assert len(machine["steps"]) == reproduce.speed.STEPS and all(s > 0 for s in machine["steps"])
     assert machine["step_seconds"] == pytest.approx(statistics.median(machine["steps"][1:]), abs=1e-3)
     assert "SmolLM2-135M" in machine["reference"] and machine["cpus"] >= 1
+
+
+def test_compare_names_every_differing_leaf_and_ignores_run_facts(tmp_path):
+    import compare
+
+    committed = {"collab": {"calibrated": {"base": {"n_labels": 29, "rate": 0.276}}, "wall_s": 10},
+                 "minutes": 56.0, "probe": {"rates": [0.1, 0.2]}}  # fmt: skip
+    fresh = {"collab": {"calibrated": {"base": {"n_labels": 28, "rate": 0.25}}, "wall_s": 12},
+             "minutes": 55.3, "probe": {"rates": [0.1, 0.2]}, "extra": 1}  # fmt: skip
+    found = compare.differences(fresh, committed)
+    assert found == ["collab.calibrated.base.n_labels: 29 -> 28", "collab.calibrated.base.rate: 0.276 -> 0.25",
+                     "extra: only fresh"]  # fmt: skip
+    assert compare.differences(committed, committed) == []
+    assert compare.differences({"x": 1.0 + 1e-12}, {"x": 1.0}, tolerance=1e-9) == []
+    (tmp_path / "a.json").write_text(json.dumps(fresh))
+    (tmp_path / "b.json").write_text(json.dumps(committed))
+    assert compare.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--parts", "probe"]) == 0
+    assert compare.main([str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1

@@ -7,13 +7,14 @@ generates the next user turn until the template's end of turn. A judge labels ea
 failure mode. Controls: `truncate` cuts the assistant answer in half, `question` appends "What do you think?";
 % changed is the share of turns whose text differs from the unperturbed one at the same seed, read against its seed
 floor `reseed` (the unperturbed context sampled again with another seed; added whenever a control runs). Every turn
-is also judged after its answer is swapped for another item's (the generic floor). Sampling, judging and the summary
-are `fic.followup_eval` and `fic.followup_summary`, shared with the trainers and checkpoint evaluation. Before any
-model loads, the items are checked against the judge's fit (`fic.judges.provenance`).
+is also judged after its answer is swapped for another item's (the generic floor). Answers, prompts, seeds, greedy
+handling, controls, the context swap and judging are the follow-up sampler's (`fic.followup_eval`, which the
+trainers' before/after measurement runs too), the summary is `fic.followup_summary`. Before any model loads, the
+items are checked against the judge's fit (`fic.judges.provenance`).
 
 Samples are generated in fixed chunks of items, with seeds that depend only on the chunk, the item's place in it
-and the sample index (never on the perturbation or on what an earlier run finished), so a rerun resumes exactly.
-The greedy answers are made in the same chunks. Under a launch of several processes (`accelerate launch -m fic.cli
+and the sample index (never on what an earlier run finished), so a rerun resumes exactly. The greedy answers are made
+in the same chunks. Under a launch of several processes (`accelerate launch -m fic.cli
 probe ...`, or `fic probe` under torchrun) each process takes its share of the answer chunks and of the jobs (one
 chunk at one temperature and control), writes its own part and resumes from it; the main process merges the parts
 into the `samples.jsonl` and `responses.jsonl` one process would write (`fic.distributed.RankedRows`; byte for byte
@@ -26,18 +27,25 @@ import argparse
 import json
 import logging
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from fic import cli_args, metric_names
-from fic.chat import render, role_prefix, turn_end_strings
 from fic.cli_args import ArgumentError, backend_kwargs, backend_name, parse_list
-from fic.data import check_answer, load_source, parse_spec
+from fic.data import load_source, parse_spec
 from fic.distributed import RankedRows, check_same_on_every_rank, end_launch, launch_state, main_process_first, on_main
 from fic.eval_config import EvalConfig
-from fic.followup_eval import judge_with_floor, turn_rows
-from fic.followup_summary import SEED_FLOOR, flat_metrics, row_key
-from fic.generation import SamplingParams, get_backend
+from fic.followup_eval import (
+    PERTURBATIONS,
+    FollowupJobs,
+    Item,
+    answer_rows,
+    context_limit,
+    fits,
+    perturb,
+    with_seed_floor,
+)
+from fic.followup_summary import flat_metrics, row_key
+from fic.generation import get_backend
 from fic.jsonl import check_settings, write_json
 from fic.judges import DEFAULT_JUDGE, JudgeSettings, make_judge
 from fic.judges.provenance import check_overlap, judge_provenance, overlap_line, prompt_hash
@@ -48,50 +56,10 @@ from .rates import META_FILE, estimate_lines, write_rates
 
 logger = logging.getLogger(__name__)
 
-GENERIC_QUESTION = "What do you think?"
-PERTURBATIONS = ("none", "truncate", "question", SEED_FLOOR)
-RESEED = 1_000_003  # the seed offset of the `reseed` floor
-
-
-def perturb(response: str, kind: str) -> str:
-    """The assistant response under a control: unchanged (also for `reseed`, which changes only the seed), cut to its
-    first half (at a word), or with a question."""
-    if kind in ("none", SEED_FLOOR):
-        return response
-    if kind == "truncate":
-        words = response.split(" ")
-        return " ".join(words[: max(1, len(words) // 2)])
-    if kind == "question":
-        return f"{response.rstrip()}\n\n{GENERIC_QUESTION}"
-    raise ValueError(f"perturbation: unknown {kind!r}; valid: {', '.join(PERTURBATIONS)}")
-
-
-def _data_response(record) -> str | None:
-    turns = record.meta.get("reference_turns")
-    if turns:
-        return turns[0]
-    return record.reference
-
 
 def answer_key(row: dict) -> tuple:
     """The identity of one assistant answer in `responses.jsonl`: dataset and item."""
     return (row["dataset"], str(row["item_id"]))
-
-
-def answer_rows(backend, tokenizer, dataset: str, records, source: str, max_new_tokens: int,
-                progress: bool = False) -> list[dict]:  # fmt: skip
-    """The assistant answers of `records`: the model's (greedy, one batched call) or the data's, with their check."""
-    if source == "model":
-        stop = turn_end_strings(tokenizer, "assistant")
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
-        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in records]
-        texts = [o[0].strip() for o in backend.generate(prompts, params, progress=progress)]
-    else:
-        texts = [_data_response(r) for r in records]
-    return [
-        {"dataset": dataset, "item_id": r.id, "response": t, "correct": check_answer(r, t) if t else None}
-        for r, t in zip(records, texts)
-    ]
 
 
 def get_responses(out: RankedRows, backend, tokenizer, dataset: str, records, source: str, max_new_tokens: int,
@@ -104,51 +72,6 @@ def get_responses(out: RankedRows, backend, tokenizer, dataset: str, records, so
         keys=lambda chunk: [(dataset, str(r.id)) for r in chunk],
         make=lambda chunk: answer_rows(backend, tokenizer, dataset, chunk, source, max_new_tokens, progress),
     )
-
-
-@dataclass
-class ProbeJobs:
-    """The probe's jobs on one dataset: job `(c, temperature, perturbation)` writes `samples` user turns for each item
-    of chunk `c` in one generate call, seeded by the chunk alone, and judges them in their context and after the
-    context swap (`partner`: item id -> the answer it is swapped for; None: no swap)."""
-
-    backend: object
-    tokenizer: object
-    judge: object
-    dataset: str
-    chunks: list[list]
-    answers: dict
-    partner: dict | None
-    samples: int
-    max_new_tokens: int
-    seed: int
-
-    def jobs(self, temperatures, perturbations) -> list[tuple]:
-        return [(c, t, p) for c in range(len(self.chunks)) for t in temperatures for p in perturbations]
-
-    def keys(self, job: tuple) -> list[tuple]:
-        c, temp, pert = job
-        return [(self.dataset, str(r.id), float(temp), pert, s) for r in self.chunks[c] for s in range(self.samples)]
-
-    def make(self, job: tuple) -> list[dict]:
-        c, temp, pert = job
-        chunk = self.chunks[c]
-        contexts = [[*r.messages, {"role": "assistant", "content": perturb(self.answers[r.id]["response"], pert)}]
-                    for r in chunk]  # fmt: skip
-        prompts = [role_prefix(self.tokenizer, ctx, "user") for ctx in contexts]
-        params = SamplingParams(n=self.samples, temperature=temp, max_new_tokens=self.max_new_tokens,
-                                stop=turn_end_strings(self.tokenizer, "user"),
-                                seed=self.seed + 9973 * c + (RESEED if pert == SEED_FLOOR else 0))  # fmt: skip
-        outputs = self.backend.generate(prompts, params)
-        swapped = None
-        if self.partner is not None:
-            swapped = [
-                [*r.messages, {"role": "assistant", "content": perturb(self.partner[r.id], pert)}] for r in chunk
-            ]
-        verdicts, generic = judge_with_floor(self.judge, contexts, outputs, swapped)
-        meta = [{"dataset": self.dataset, "item_id": r.id, "temperature": float(temp), "perturbation": pert,
-                 "correct": self.answers[r.id]["correct"]} for r in chunk]  # fmt: skip
-        return turn_rows(meta, contexts, outputs, verdicts, generic)
 
 
 def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temperatures=(0.0, 0.3, 0.7, 1.0),
@@ -207,8 +130,7 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         check_settings(out_dir, stored)
     samples_out = RankedRows(out_dir / "samples.jsonl", row_key, split)
     answers_out = RankedRows(out_dir / "responses.jsonl", answer_key, split)
-    context_limit = max_context or _context_limit(backend)
-    context_limit = context_limit - max_new_tokens if context_limit else None
+    limit_tokens = context_limit(backend, max_new_tokens, max_context)
     accuracy, skipped, all_rows, all_answers = {}, {}, [], []
     for spec in datasets:
         name = parse_spec(spec)[0]
@@ -218,19 +140,18 @@ def run_probe(backend, tokenizer, datasets: list[str], out_dir: str | Path, temp
         all_answers += answer_list
         answers = {row["item_id"]: row for row in answer_list}
         items = [r for r in records if answers.get(r.id, {}).get("response")]
-        fitting = [r for r in items if _fits(tokenizer, r.messages, answers[r.id]["response"], context_limit)]
+        fitting = [r for r in items if fits(tokenizer, r.messages, answers[r.id]["response"], limit_tokens)]
         skipped[name] = {"no_response": len(records) - len(items), "too_long": len(items) - len(fitting)}
         if len(fitting) < len(items):
             logger.warning("%s: skipped %d items whose probe prompt does not fit the model's context (%d tokens)",
-                           name, len(items) - len(fitting), context_limit)  # fmt: skip
-        items = fitting
-        verdicts = [answers[r.id]["correct"] for r in items if answers[r.id]["correct"] is not None]
+                           name, len(items) - len(fitting), limit_tokens)  # fmt: skip
+        verdicts = [answers[r.id]["correct"] for r in fitting if answers[r.id]["correct"] is not None]
         accuracy[name] = {"accuracy": sum(verdicts) / len(verdicts) if verdicts else None, "n": len(verdicts)}
         # The context swap pairs each item with the next one of the dataset (a fixed order, so resuming keeps it).
-        partner = {r.id: answers[items[(k + 1) % len(items)].id]["response"] for k, r in enumerate(items)}
-        chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
-        swap = partner if generic_floor and len(items) > 1 else None
-        jobs = ProbeJobs(backend, tokenizer, judge, name, chunks, answers, swap, samples, max_new_tokens, seed)
+        measured = [Item(name, r.id, r.messages, answers[r.id]["response"], {"correct": answers[r.id]["correct"]})
+                    for r in fitting]  # fmt: skip
+        jobs = FollowupJobs(backend, tokenizer, judge, measured, samples, max_new_tokens, seed, chunk_size,
+                            generic_floor)  # fmt: skip
         all_rows += samples_out.run(jobs.jobs(temperatures, perturbations), jobs.keys, jobs.make,
                                     desc=f"probe {name}", progress=progress)  # fmt: skip
     samples_out.merge(all_rows)
@@ -257,14 +178,6 @@ def run_id(out_dir: Path) -> str:
     return uuid.uuid4().hex[:12]
 
 
-def with_seed_floor(perturbations) -> tuple[str, ...]:
-    """`perturbations` plus `reseed` when a control (`truncate`, `question`) is among them."""
-    perturbations = tuple(perturbations)
-    if SEED_FLOOR not in perturbations and set(perturbations) & {"truncate", "question"}:
-        perturbations += (SEED_FLOOR,)
-    return perturbations
-
-
 def probe_records(spec: str, limit: int | None, judge, outside_judge_fit: bool) -> list:
     """The items of `spec` the probe runs: the first `limit`, or with `outside_judge_fit` the first `limit` whose prompt
     is not in the judge's fit (`fic.judges.provenance`; a judge of unknown provenance keeps every item)."""
@@ -282,20 +195,6 @@ def check_items(judge, datasets: list[str], limit: int | None, allow: bool, outs
     found = check_overlap(judge, items, allow, "--allow-judge-overlap (eval.allow_judge_overlap=true)")
     logger.info(overlap_line(found))
     return found
-
-
-def _context_limit(backend) -> int | None:
-    """The engine's context length: the model config's for transformers, `max_model_len` for vLLM and a server."""
-    max_context = getattr(backend, "max_context", None)
-    return max_context() if callable(max_context) else None
-
-
-def _fits(tokenizer, messages: list[dict], response: str, limit: int | None) -> bool:
-    """Whether the longest probe prompt of an item (the `question` control) fits `limit` tokens."""
-    if limit is None:
-        return True
-    context = [*messages, {"role": "assistant", "content": perturb(response, "question")}]
-    return len(tokenizer(role_prefix(tokenizer, context, "user"), add_special_tokens=False).input_ids) <= limit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

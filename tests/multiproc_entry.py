@@ -90,13 +90,24 @@ def main() -> int:
             record["answered"] = record.get("answered", 0) + len(records)
         return original_contexts(records, answers, *args, **kwargs)
 
-    # Every module that bound the name at import (the trainers import it at their top) gets the counting one.
+    # The held-out items' answers (`eval.responses: model`) come from the follow-up sampler's `answer_rows`.
+    from fic import followup_eval
+
+    original_answers = followup_eval.answer_rows
+
+    def answer_rows(backend, tokenizer, dataset, records, source, *args, **kwargs):
+        if source == "model":
+            record["answered"] = record.get("answered", 0) + len(records)
+        return original_answers(backend, tokenizer, dataset, records, source, *args, **kwargs)
+
+    # Every module that bound the names at import (the trainers import them at their top) gets the counting ones.
     for module in list(sys.modules.values()):
         if getattr(module, "contexts_from_records", None) is original_contexts:
             module.contexts_from_records = contexts_from_records
+        if getattr(module, "answer_rows", None) is original_answers:
+            module.answer_rows = answer_rows
 
     # Held-out evaluations: the contexts whose user turns this rank sampled, before and after training.
-    from fic import followup_eval
     from fic.trainers import heldout
 
     original_sample, original_after = followup_eval.sample_user_turns, heldout.evaluate_after_training

@@ -118,12 +118,12 @@ def test_genuine_followup_rate_generates_from_the_user_header_and_counts_right(t
     assert all(p.endswith(header) for p in prompts)
     result = genuine_followup_rate(backend, tok, contexts, LengthJudge(), temperatures=(0.0, 1.0), samples=3,
                                    max_new_tokens=6)  # fmt: skip
-    assert (
-        result["by_temperature"]["0.0"]["n"] + result["by_temperature"]["0.0"]["judge_errors"] == 2
-    )  # greedy: 1 each
-    assert result["by_temperature"]["1.0"]["n"] + result["by_temperature"]["1.0"]["judge_errors"] == 6
+    for temperature in ("0.0", "1.0"):  # greedy too: 3 rows each (one decoded text, repeated), as `fic probe` writes
+        assert result["by_temperature"][temperature]["n"] + result["by_temperature"][temperature]["judge_errors"] == 6
+    greedy = [r["user_turn"] for r in result["rows"] if r["temperature"] == 0.0 and r["item_id"] == "0"]
+    assert len(greedy) == 3 and len(set(greedy)) == 1
     rate = result["genuine_rate"]
-    assert rate["n"] == 8 - result["judge_errors"]
+    assert rate["n"] == 12 - result["judge_errors"]
     assert rate["low"] <= rate["rate"] <= rate["high"]
     genuine = result["labels"].get("genuine_followup", 0)
     assert rate["rate"] == pytest.approx(genuine / rate["n"] if rate["n"] else 0.0)

@@ -264,7 +264,7 @@ def test_the_evaluation_after_training_is_split_across_ranks_and_equals_one_proc
     assert [two[r]["sampled_after"] for r in (0, 1)] == [2 * 32, 2 * 2]
     assert [two[r]["sampled_before"] for r in (0, 1)] == [2 * 32, 2 * 2]
     turns = {n: (tmp_path / n / "eval_turns" / "after.jsonl").read_text().splitlines() for n in ("one", "two")}
-    assert len(turns["two"]) == 34 * (1 + 2) and turns["two"] == turns["one"]
+    assert len(turns["two"]) == 34 * (2 + 2) and turns["two"] == turns["one"]  # greedy too: `samples` rows
     summary = {n: json.loads((tmp_path / n / "eval_summary.json").read_text()) for n in ("one", "two")}
     assert summary["two"]["after"] == summary["one"]["after"]
     assert summary["two"]["difference"] == summary["one"]["difference"]

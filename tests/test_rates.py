@@ -13,7 +13,7 @@ from fic.eval import probe
 from fic.eval.rates import RatesError, write_rates
 from fic.eval.review import server as review_server
 from fic.eval.review.store import ReviewStore
-from fic.followup_eval import swap_answers
+from fic.followup_eval import FollowupJobs, Item
 from fic.followup_summary import compare, summarize
 from fic.judges import Verdict
 from fic.judges.provenance import JudgeOverlapError, check_overlap, overlap, prompt_hash
@@ -61,11 +61,14 @@ def rows_for(items: int, turns: int, rate_of, dataset="d", temperature=1.0, fiel
     return out
 
 
-def test_swap_answers_pairs_within_a_dataset_cyclically():
-    ctx = [[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}] for i in range(4)]
-    swapped = swap_answers(ctx, ["x", "y", "x", "x"])
-    assert [s[-1]["content"] if s else None for s in swapped] == ["a2", None, "a3", "a0"]
-    assert [s[0]["content"] for s in swapped if s] == ["q0", "q2", "q3"]  # the question stays
+def test_the_context_swap_pairs_within_a_dataset_cyclically_across_chunks():
+    items = [Item(d, str(i), [{"role": "user", "content": f"q{i}"}], f"a{i}") for i, d in enumerate("xyxx")]
+    jobs = FollowupJobs(None, None, None, items, chunk_size=2)
+    swapped = [*jobs.swapped("x", 0, "none"), *jobs.swapped("x", 1, "none")]
+    assert [s[-1]["content"] for s in swapped] == ["a2", "a3", "a0"]
+    assert [s[0]["content"] for s in swapped] == ["q0", "q2", "q3"]  # the question stays
+    assert jobs.swapped("y", 0, "none") is None  # alone in its dataset: no swap
+    assert jobs.swapped("x", 0, "question")[0][-1]["content"] == "a2\n\nWhat do you think?"  # under the control
 
 
 def test_summary_shape_clustered_interval_and_no_correction_without_measurement():

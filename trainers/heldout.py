@@ -1,6 +1,7 @@
 """The held-out measurement both collaboration trainers make before and after training: the `eval:` block's items,
 their contexts (the data's answers or the base model's, generated once), the judge and its firewall check, and the
-genuine follow-up rate through `fic.followup_eval`; plus the training-data loader both use."""
+genuine follow-up rate through the follow-up sampler (`fic.followup_eval`, the one `fic probe` runs: the same items,
+answers and settings give the rows `fic probe` writes); plus the training-data loader both use."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ from contextlib import nullcontext
 
 import torch
 
-from fic.data.followups import contexts_from_records, load_records
+from fic.data.followups import load_records
 from fic.data.splits import load_training
 from fic.distributed import map_across_ranks
-from fic.followup_eval import genuine_followup_rate
+from fic.followup_eval import CHUNK_SIZE, answer_rows, chunks_by_dataset, genuine_followup_rate
 from fic.generation import HFBackend
 from fic.judges.provenance import check_overlap
 from fic.judges.validity import judge_validity
 
 
-def local_backend(model, tokenizer):
+def local_backend(model, tokenizer, batch_size: int = 8):
     """A transformers backend on the in-memory model, on the GPU when there is one (prepare() loads on CPU)."""
-    return HFBackend(model, tokenizer, device="cuda" if torch.cuda.is_available() else None)
+    return HFBackend(model, tokenizer, device="cuda" if torch.cuda.is_available() else None, batch_size=batch_size)
 
 
 def heldout_records(eval_config) -> list:
@@ -29,16 +30,27 @@ def heldout_records(eval_config) -> list:
 
 
 def heldout_contexts(records: list, eval_config, model=None, tokenizer=None) -> list[dict]:
-    """Held-out contexts: the held-out items with the answers `eval.responses` names: `data` (the data's) or `model`
-    (the base model's greedy answer within `eval.response_tokens`, generated once so before and after share them)."""
+    """Held-out contexts `{"id", "source", "item_id", "correct", "messages"}`: the held-out items with the answers
+    `eval.responses` names: `data` (the data's) or `model` (the base model's greedy answer within
+    `eval.response_tokens`, generated once so before and after share them), made as `fic probe` makes them
+    (`fic.followup_eval.answer_rows`, in the same chunks); items without an answer are left out."""
     if not records:
         return []
-    answers = eval_config.responses
-    backend = local_backend(model, tokenizer) if answers == "model" else None
-    # Each rank answers its share of the items (every rank gets every context): once, not once per rank.
-    return map_across_ranks(
-        lambda share: contexts_from_records(share, answers, backend, tokenizer, eval_config.response_tokens), records
-    )
+    backend = local_backend(model, tokenizer, eval_config.batch_size) if eval_config.responses == "model" else None
+    chunks = [c for group in chunks_by_dataset(records, lambda r: r.source, CHUNK_SIZE).values() for c in group]
+
+    def answer(share: list[list]) -> list[dict]:
+        return [
+            {"id": f"{r.source}:{r.id}", "source": r.source, "item_id": r.id, "correct": row["correct"],
+             "messages": [*r.messages, {"role": "assistant", "content": row["response"]}]}
+            for chunk in share
+            for r, row in zip(chunk, answer_rows(backend, tokenizer, chunk[0].source, chunk, eval_config.responses,
+                                                 eval_config.response_tokens))
+            if row["response"]
+        ]  # fmt: skip
+
+    # Each rank answers its share of the chunks (every rank gets every context): once, not once per rank.
+    return map_across_ranks(answer, chunks)
 
 
 def eval_judge(eval_config):
@@ -58,7 +70,7 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
     `split`: every rank calls this and samples and judges its share of the contexts (the evaluations before and after
     training: no rank idles at a collective meanwhile); `False` evaluates all of them in this process."""
     return genuine_followup_rate(
-        local_backend(model, tokenizer),
+        local_backend(model, tokenizer, eval_config.batch_size),
         tokenizer,
         [c["messages"] for c in contexts],
         judge,
@@ -67,7 +79,7 @@ def evaluate_followups(model, tokenizer, contexts: list[dict], eval_config, judg
         max_new_tokens=eval_config.max_new_tokens,
         seed=eval_config.seed,
         map_fn=map_across_ranks if split else None,
-        meta=[{"dataset": c["source"], "item_id": c["id"]} for c in contexts],
+        meta=[{"dataset": c["source"], "item_id": c["item_id"], "correct": c["correct"]} for c in contexts],
         validity=judge_validity(judge),
     )
 

@@ -79,19 +79,10 @@ def main() -> int:
         step = str(trainer.state.global_step + 1)
         record["steps"].setdefault(step, []).extend(keys)
 
-    from fic.data import followups
-    from fic.trainers import collab_sft, followup_rl, vasd
-
-    # Model answers to contexts: how many items this rank answered (each should be answered once over all ranks).
-    original_contexts = followups.contexts_from_records
-
-    def contexts_from_records(records, answers="data", *args, **kwargs):
-        if answers == "model":
-            record["answered"] = record.get("answered", 0) + len(records)
-        return original_contexts(records, answers, *args, **kwargs)
-
-    # The held-out items' answers (`eval.responses: model`) come from the follow-up sampler's `answer_rows`.
+    # Model answers (to training contexts and to the held-out items): how many items this rank answered (each should
+    # be answered once over all ranks); every model answer is the follow-up sampler's `answer_rows`.
     from fic import followup_eval
+    from fic.trainers import collab_sft, followup_rl, vasd
 
     original_answers = followup_eval.answer_rows
 
@@ -100,10 +91,8 @@ def main() -> int:
             record["answered"] = record.get("answered", 0) + len(records)
         return original_answers(backend, tokenizer, dataset, records, source, *args, **kwargs)
 
-    # Every module that bound the names at import (the trainers import them at their top) gets the counting ones.
+    # Every module that bound the name at import (the trainers import it at their top) gets the counting one.
     for module in list(sys.modules.values()):
-        if getattr(module, "contexts_from_records", None) is original_contexts:
-            module.contexts_from_records = contexts_from_records
         if getattr(module, "answer_rows", None) is original_answers:
             module.answer_rows = answer_rows
 

@@ -22,7 +22,7 @@ import random
 import re
 from collections import Counter
 
-from fic.chat import render, turn_end_strings
+from fic.chat import turn_end_strings
 from fic.judges import Case
 
 from . import load_source
@@ -95,11 +95,10 @@ def contexts_from_records(records: list[Record], answers: str = "data", backend=
     else:
         if backend is None or tokenizer is None:
             raise ValueError("answers='model' needs a generation backend and its tokenizer")
-        from fic.generation import SamplingParams  # torch (fic.generation), trl (fic.modeling): not for --real
+        from fic.followup_eval import answer_rows  # torch (fic.generation): not for --real
 
-        params = SamplingParams(max_new_tokens=max_new_tokens, stop=turn_end_strings(tokenizer, "assistant"))
-        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in usable]
-        pairs = [(r, out[0].strip()) for r, out in zip(usable, backend.generate(prompts, params))]
+        answered = answer_rows(backend, tokenizer, "", usable, "model", max_new_tokens)
+        pairs = [(r, row["response"]) for r, row in zip(usable, answered)]
     contexts = [
         {
             "id": f"{r.source}:{r.id}",

@@ -145,7 +145,8 @@ def test_recipe_runs_end_to_end_and_writes_before_and_after(tmp_path, shared_dat
     summary = json.loads((out / "eval_summary.json").read_text())
     for side in ("before", "after"):
         rate = summary[side]["genuine_rate"]
-        assert rate["n"] == 3 and rate["low"] <= rate["rate"] <= rate["high"]
+        # 3 items x eval.samples=4 (greedy: one decoded text, repeated, as `fic probe` writes it)
+        assert rate["n"] == 12 and rate["n_items"] == 3 and rate["low"] <= rate["rate"] <= rate["high"]
     data = summary["data"]
     assert data["dropped_heldout_overlap"] == 0  # the 3 held-out GSM8K items were never made training contexts
     # contexts from GSM8K train, held-out items from GSM8K test: all 24 stay

@@ -80,23 +80,23 @@ def main() -> int:
         record["steps"].setdefault(step, []).extend(keys)
 
     # Model answers (to training contexts and to the held-out items): how many items this rank answered (each should
-    # be answered once over all ranks); every model answer is the follow-up sampler's `answer_rows`.
-    from fic import followup_eval
+    # be answered once over all ranks); every model answer is `fic.data.followups.model_answers`.
+    from fic.data import followups
     from fic.trainers import collab_sft, followup_rl, vasd
 
-    original_answers = followup_eval.answer_rows
+    original_answers = followups.model_answers
 
-    def answer_rows(backend, tokenizer, dataset, records, source, *args, **kwargs):
-        if source == "model":
-            record["answered"] = record.get("answered", 0) + len(records)
-        return original_answers(backend, tokenizer, dataset, records, source, *args, **kwargs)
+    def model_answers(backend, tokenizer, records, *args, **kwargs):
+        record["answered"] = record.get("answered", 0) + len(records)
+        return original_answers(backend, tokenizer, records, *args, **kwargs)
 
-    # Every module that bound the name at import (the trainers import it at their top) gets the counting one.
+    # Every module that bound the name at import (the sampler imports it at its top) gets the counting one.
     for module in list(sys.modules.values()):
-        if getattr(module, "answer_rows", None) is original_answers:
-            module.answer_rows = answer_rows
+        if getattr(module, "model_answers", None) is original_answers:
+            module.model_answers = model_answers
 
     # Held-out evaluations: the contexts whose user turns this rank sampled, before and after training.
+    from fic import followup_eval
     from fic.trainers import heldout
 
     original_sample, original_after = followup_eval.sample_user_turns, heldout.evaluate_after_training

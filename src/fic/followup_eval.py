@@ -31,9 +31,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fic.chat import render, role_prefix, turn_end_strings
+from fic.chat import role_prefix, turn_end_strings
 from fic.data import check_answer
-from fic.data.followups import data_answer
+from fic.data.followups import data_answer, model_answers
 from fic.followup_summary import SEED_FLOOR, summarize
 from fic.generation import SamplingParams
 from fic.judges import Case
@@ -88,10 +88,7 @@ def answer_rows(backend, tokenizer, dataset: str, records, source: str, max_new_
     """The assistant answers of `records` (one chunk of one dataset): the model's (greedy, one batched call, cut at
     the template's end of turn) or the data's, with their check: `{"dataset", "item_id", "response", "correct"}`."""
     if source == "model":
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens,
-                                stop=turn_end_strings(tokenizer, "assistant"))  # fmt: skip
-        prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in records]
-        texts = [o[0].strip() for o in backend.generate(prompts, params, progress=progress)] if prompts else []
+        texts = model_answers(backend, tokenizer, records, max_new_tokens, progress)
     elif source == "data":
         texts = [data_answer(r) for r in records]
     else:

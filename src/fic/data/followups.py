@@ -22,7 +22,7 @@ import random
 import re
 from collections import Counter
 
-from fic.chat import turn_end_strings
+from fic.chat import render, role_prefix, turn_end_strings
 from fic.judges import Case
 
 from . import load_source
@@ -79,6 +79,20 @@ def data_answer(record: Record) -> str | None:
     return candidates[0]["text"] if candidates else None
 
 
+def model_answers(backend, tokenizer, records: list[Record], max_new_tokens: int, progress: bool = False) -> list[str]:
+    """The model's own answers to `records` (each ending with a user turn): greedy, in one batched call, rendered with
+    its template and cut at its end of turn. The training contexts and the follow-up sampler's answers
+    (`fic.followup_eval.answer_rows`) both come from here."""
+    if not records:
+        return []
+    from fic.generation import SamplingParams  # torch (fic.generation): not for --real
+
+    params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens,
+                            stop=turn_end_strings(tokenizer, "assistant"))  # fmt: skip
+    prompts = [render(tokenizer, r.messages, add_generation_prompt=True) for r in records]
+    return [out[0].strip() for out in backend.generate(prompts, params, progress=progress)]
+
+
 def contexts_from_records(records: list[Record], answers: str = "data", backend=None, tokenizer=None,
                           max_new_tokens: int = 256) -> list[dict]:  # fmt: skip
     """`{"id", "source", "messages"}` contexts: each record's conversation (ending with a user turn) plus an answer.
@@ -95,10 +109,7 @@ def contexts_from_records(records: list[Record], answers: str = "data", backend=
     else:
         if backend is None or tokenizer is None:
             raise ValueError("answers='model' needs a generation backend and its tokenizer")
-        from fic.followup_eval import answer_rows  # torch (fic.generation): not for --real
-
-        answered = answer_rows(backend, tokenizer, "", usable, "model", max_new_tokens)
-        pairs = [(r, row["response"]) for r, row in zip(usable, answered)]
+        pairs = list(zip(usable, model_answers(backend, tokenizer, usable, max_new_tokens)))
     contexts = [
         {
             "id": f"{r.source}:{r.id}",
@@ -185,14 +196,13 @@ def template_followups(messages: list[dict], n: int = 4, seed: int = 0) -> list[
 def sample_candidates(backend, tokenizer, contexts: list[dict], n: int, temperature: float, max_new_tokens: int,
                       top_p: float = 1.0, seed: int = 0) -> list[list[str]]:  # fmt: skip
     """`n` user turns per context written by the model from the bare user header, cut at its end of turn."""
-    from fic.followup_eval import probe_prompts
     from fic.generation import SamplingParams
 
     params = SamplingParams(
         n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
         stop=turn_end_strings(tokenizer, "user"), seed=seed,
     )  # fmt: skip
-    outputs = backend.generate(probe_prompts(tokenizer, [c["messages"] for c in contexts]), params)
+    outputs = backend.generate([role_prefix(tokenizer, c["messages"], "user") for c in contexts], params)
     return [[text.strip() for text in group] for group in outputs]
 
 

@@ -5,8 +5,8 @@ before/after (`genuine_followup_rate`) and the follow-up RL reward (`judge_turns
 the same settings give the same rows whichever of them runs:
 
 - *Answers* (`answer_rows`): the assistant answer each user turn replies to, the model's own (greedy, in its
-  template, cut at its end of turn) or the data's (`fic.data.followups.data_answer`), made in chunks of `chunk_size`
-  items of one dataset (the same batches whatever the caller or the number of processes).
+  template, cut at its end of turn: `fic.data.followups.model_answers`) or the data's (`data_answer`), made in chunks
+  of `chunk_size` items of one dataset (the same batches whatever the caller or the number of processes).
 - *Prompts* (`probe_prompts`): each context `[system?, user, assistant]` rendered with the model's own template up to
   a bare *user* header (`fic.chat.role_prefix`); the model writes until the template's end of turn
   (`fic.chat.turn_end_strings`). Items whose longest prompt does not fit the model's context are left out (`fits`).

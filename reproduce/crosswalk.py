@@ -83,6 +83,15 @@ CROSSWALK = (
     },
     {
         "paper": "probe paper",
+        "item": "GPQA column",
+        "shows": "the follow-up rate on GPQA questions",
+        "part": "probe",
+        "fic_table": None,
+        "differs": "not reproduced: GPQA is gated on the hub and its authors ask that it not be posted, so no offline "
+        "copy exists here (../shared/data has none); `fic probe --datasets gpqa:PATH` runs it from a local copy",
+    },
+    {
+        "paper": "probe paper",
         "item": "Figures 1 and 4",
         "shows": "follow-up rate against temperature, drawn",
         "part": "probe",

@@ -95,7 +95,11 @@ def _probe(s: dict) -> tuple[str, str]:
 def _judge(s: dict) -> tuple[str, str]:
     """The judge row: its agreement with blind labels on turns outside every fit (the transfer table), SmolLM2's and
     trained models', with intervals over items."""
-    t = s["judge"].get("transfer") or {}
+    t = s["judge"].get("transfer")
+    if t is None:  # a summary written before judge_about carried the transfer figures: the same file's figures
+        from repro import judge_transfer
+
+        t = judge_transfer(s["judge"]["kind"])
     if not t:
         return f"`{s['judge']['name']}` judge: no labelled turns outside its fit", "-"
     cell = lambda f: f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"  # noqa: E731

@@ -103,7 +103,9 @@ def test_tables_carry_the_papers_numbers(part, section):
     figure = next(p for p in section.text if p.startswith("**Figures 1 and 4"))
     assert f"![Figures 1 and 4](probe/{part.FIGURE})" in figure
     # every probe row of the crosswalk names a caption (or the figure) this part writes
-    named = [e["fic_table"] for e in crosswalk.CROSSWALK if e["part"] == "probe" and e["fic_table"]]  # None: not reproduced
+    named = [
+        e["fic_table"] for e in crosswalk.CROSSWALK if e["part"] == "probe" and e["fic_table"]
+    ]  # None: not reproduced
     assert named and all(any(c.startswith(n) for c in [*captions, figure.strip("*")]) for n in named)
     table2 = next(t for t in section.tables if t.caption.startswith("Table 2"))
     assert table2.columns == ["estimate", "HealthBench (held out)", "MT-Bench (stands in for Coval)", "IFBench"]

@@ -98,20 +98,6 @@ def arm_entries(arms: dict, estimates: dict, differences: dict, trained: dict) -
     return out
 
 
-def _transfer_text(judge: dict) -> str:
-    t = judge.get("transfer") or {}
-    if not t:
-        return "no figures (no labelled turns outside its fit)"
-    s, tr = t["smollm2"], t["trained"]
-    return (
-        f"kappa {s['kappa']['value']:.2f} "
-        f"[{s['kappa']['low']:.2f}, {s['kappa']['high']:.2f}] and false-positive rate {s['fpr']['value']:.2f} "
-        f"[{s['fpr']['low']:.2f}, {s['fpr']['high']:.2f}] on SmolLM2's turns, kappa {tr['kappa']['value']:.2f} and "
-        f"false-positive rate {tr['fpr']['value']:.2f} [{tr['fpr']['low']:.2f}, {tr['fpr']['high']:.2f}] on "
-        "trained models' turns: a trained arm's judge rate holds more false positives than the base model's"
-    )
-
-
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else "..." + text[-n:]
@@ -341,8 +327,9 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
          f"{rl_tuning['grid']['learning_rate']}: {rl_chosen['learning_rate']:g} (dev score "
          f"{100 * rl_chosen['score']:.1f} points); everything else is the recipe's but "
          f"{', '.join(SETTINGS['rl']['overrides'])} (half its steps, for time), and it is reported as measured."),
-        (f"The judge is `{repro.JUDGE}`: on labelled turns outside every fit, {_transfer_text(judge)}. On the "
-         f"labels' 180-turn test split it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
+        (f"The judge is `{repro.JUDGE}`: on labelled turns outside every fit, "
+         f"{repro.transfer_text(judge.get('transfer'))}: a trained arm's judge rate holds more false positives than "
+         f"the base model's. On the labels' 180-turn test split it calls {_share(judge['judge_genuine_rate'])} of the labelled test "
          f"turns genuine where the annotators' labels say {_share(judge['annotator_genuine_rate'])} (independent "
          "AI-agent annotators following a written guideline, blind). Rates it gives are movement toward its notion of a "
          "follow-up; the generic floor (the same turn judged after another context's answer) shows how much of a rate "

@@ -211,7 +211,7 @@ def run(out: Path) -> Section:
             Target(
                 "judge agreement printed beside the rates",
                 "kappa and FPR on labelled turns outside every fit, with intervals",
-                repro.judge_line(judge).split(", on labelled turns outside every fit: ")[-1],
+                repro.transfer_text(judge.get("transfer")),
                 bool(judge.get("transfer")),
             ),
             Target(

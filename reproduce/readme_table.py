@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from repro import few_clusters
+from repro import few_clusters, judge_transfer, transfer_text
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SUMMARY = RESULTS / "summary.json"
@@ -97,18 +97,8 @@ def _judge(s: dict) -> tuple[str, str]:
     trained models', with intervals over items."""
     t = s["judge"].get("transfer")
     if t is None:  # a summary written before judge_about carried the transfer figures: the same file's figures
-        from repro import judge_transfer
-
         t = judge_transfer(s["judge"]["kind"])
-    if not t:
-        return f"`{s['judge']['name']}` judge: no labelled turns outside its fit", "-"
-    cell = lambda f: f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"  # noqa: E731
-    sm, tr = t["smollm2"], t["trained"]
-    result = (
-        f"`{s['judge']['name']}` judge vs blind labels on turns outside every fit: kappa {cell(sm['kappa'])}, FPR "
-        f"{cell(sm['fpr'])} on {sm['n']} SmolLM2 turns ({sm['n_items']} items); kappa {cell(tr['kappa'])}, FPR "
-        f"{cell(tr['fpr'])} on {tr['n']} trained models' turns ({tr['n_items']} items)"
-    )  # fmt: skip
+    result = f"`{s['judge']['name']}` judge vs blind labels on turns outside every fit: {transfer_text(t)}"
     return result, "Table 7 (test split) in the report; transfer: labels/followup/judge_calibration.json"
 
 

@@ -226,20 +226,28 @@ def judge_about() -> dict:
             "transfer": judge_transfer(JUDGE)}  # fmt: skip
 
 
-def _figure(f: dict) -> str:
-    return f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"
+def transfer_text(transfer: dict | None) -> str:
+    """The judge's agreement on labelled turns outside every fit (`judge_transfer`), with intervals, as every reading
+    cites it."""
+    if not transfer:
+        return "no labelled turns outside its fit"
+
+    def figure(f: dict) -> str:
+        return f"{f['value']:.2f} [{f['low']:.2f}, {f['high']:.2f}]"
+
+    s, tr = transfer["smollm2"], transfer["trained"]
+    return (f"kappa {figure(s['kappa'])}, false-positive rate {figure(s['fpr'])} on {s['n']} SmolLM2 turns "
+            f"({s['n_items']} items); kappa {figure(tr['kappa'])}, false-positive rate {figure(tr['fpr'])} on "
+            f"{tr['n']} trained models' turns ({tr['n_items']} items)")  # fmt: skip
 
 
 def judge_line(judge: dict) -> str:
     """The judge as every section cites it: its agreement on labelled turns outside every fit, with intervals."""
-    t = judge.get("transfer") or {}
-    if not t:
-        return f"judge `{judge['kind']}` ({judge['version']}): no labelled turns outside its fit"
-    s, tr = t["smollm2"], t["trained"]
-    return (f"judge `{judge['kind']}` ({judge['version']}), on labelled turns outside every fit: kappa "
-            f"{_figure(s['kappa'])}, false-positive rate {_figure(s['fpr'])} on {s['n']} SmolLM2 turns "
-            f"({s['n_items']} items); kappa {_figure(tr['kappa'])}, false-positive rate {_figure(tr['fpr'])} on "
-            f"{tr['n']} trained models' turns ({tr['n_items']} items)")  # fmt: skip
+    if not judge.get("transfer"):
+        return f"judge `{judge['kind']}` ({judge['version']}): {transfer_text(None)}"
+    return f"judge `{judge['kind']}` ({judge['version']}), on labelled turns outside every fit: " + transfer_text(
+        judge["transfer"]
+    )
 
 
 def few_clusters(cell: dict | None) -> str | None:

@@ -267,8 +267,7 @@ def with_holm(family: Mapping[str, dict | None], alpha: float = 0.05) -> dict[st
                 else f": no detectable change after Holm's adjustment over {len(names)} comparisons"
             )
         )
-        text = (f"{'+' if d['diff'] >= 0 else ''}{100 * d['diff']:.1f} points [{100 * d['low']:+.1f}, "
-                f"{100 * d['high']:+.1f}], p={d['p']:.2f}, Holm-adjusted p={p_holm:.2f}{verdict}")  # fmt: skip
+        text = f"{reading({**d, 'detectable': True})}, Holm-adjusted p={p_holm:.2f}{verdict}"
         out[name] = {**d, "p_holm": p_holm, "detectable_holm": found, "holm_family": len(names), "reading": text}
     return out
 

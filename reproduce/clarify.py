@@ -31,7 +31,7 @@ AUROC of 0.60 over 5 ambiguous items, and every reported belief was then at ln 5
 AUROC of the belief entropy for the item being ambiguous; ties: the most spread (share below ln K nearest one half),
 then the higher temperature (`choose_temperature`). Every reported BAG run uses it: both `fic bag` variants
 (prompt_only only records its belief's entropy) and the `fic regret --policy bag` runs (BAG and BAG+). The grid runs
-at every scale (three dev runs of 10 items, about 1.5 min each on 2 cores).
+at every scale (three dev runs of 10 items; not yet timed at these sizes).
 
 Sizes: 30 reported `fic bag` items and 10 episodes for each model policy, so that no interval rests on fewer than 10
 clusters (`fic.estimates.MIN_CLUSTERS`); the routing of BAG and the prompt-only baseline on the same items is compared

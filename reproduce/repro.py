@@ -77,6 +77,31 @@ def recorded_choice(key: str) -> dict:
     return {**choice, "recorded": {"commit": commit, "file": str(file)}}
 
 
+SETTINGS_DIR = ROOT / "reproduce" / "settings"
+
+
+def load_settings(part: str, scale_: str | None = None) -> dict:
+    """A part's `SETTINGS` from `reproduce/settings/PART.json` (data, not code). A value written as
+    `{"cpu": A, "gpu": B}` (exactly those two keys) is the one of the current `SCALE` (or `scale_`)."""
+    chosen = scale_ or scale()
+    path = SETTINGS_DIR / f"{part}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StepError(f"settings of part {part!r}: cannot read {path} ({exc})") from exc
+
+    def pick(value):
+        if isinstance(value, dict):
+            if set(value) == set(SCALES):
+                return pick(value[chosen])
+            return {k: pick(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [pick(v) for v in value]
+        return value
+
+    return pick(data)
+
+
 @dataclasses.dataclass
 class Table:
     """One table of the report: `rows` are lists of cells (str or numbers), one per column."""

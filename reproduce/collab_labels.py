@@ -72,7 +72,7 @@ def calibrated_differences(rows: dict[str, list[dict]], label_maps: dict[str, di
 
     if "base" not in label_maps:
         return {}
-    keep = ("diff", "low", "high", "p", "n_items", "note", "reading")
+    keep = ("diff", "low", "high", "p", "n_items", "detectable", "note", "reading")
     out = {}
     for name, labels in label_maps.items():
         if name == "base":

@@ -505,3 +505,23 @@ def test_the_rl_reward_is_checked_against_the_genuine_share_per_window():
     together = [{"step": i, "reward": 0.1 * i, key: 0.1 * i} for i in range(1, 5)]
     assert collab_report._hacking_target(reward_hacking_summary(together, 2)).met
     assert not collab_report._hacking_target(None).met
+
+
+def test_labelled_base_and_arm_give_holm_adjusted_calibrated_differences(tmp_path, monkeypatch):
+    """Labels of the base model's and a trained model's turns: the section's calibrated differences from base are one
+    family with Holm-adjusted p (each keeps `detectable`, which the adjustment reads)."""
+    out = tmp_path / "collab"
+    _run_part(out, monkeypatch, "cpu")
+    for model in ("base", "template_filtered"):
+        folder = out / f"probe_{model}"
+        rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+        rows.sort(key=lambda r: (r["sample"], r["dataset"], str(r["item_id"])))
+        labels = [{k: r[k] for k in ("dataset", "item_id", "temperature", "perturbation", "sample")}
+                  | {"genuine": bool(r["genuine"]) and i % 3 > 0, "run_id": f"run-{folder.name}"}
+                  for i, r in enumerate(rows[:30])]  # fmt: skip
+        (folder / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    _, section, *_ = _run_part(out, monkeypatch, "cpu")
+    cal = section.summary["calibrated_differences"]
+    assert set(cal) == {"template_filtered"}
+    overall = cal["template_filtered"]["overall"]
+    assert overall["holm_family"] == 1 and "Holm-adjusted p=" in overall["reading"] and "detectable" in overall

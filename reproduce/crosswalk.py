@@ -11,8 +11,10 @@ whose table numbers are not recorded in this repository name the result instead 
 
 from __future__ import annotations
 
-from probe import SETTINGS as _PROBE
+import repro
 from vasd import SETTINGS as _VASD
+
+_PROBE = repro.load_settings("probe")
 
 MODEL = "SmolLM2-135M-Instruct on 2 CPU cores"
 _VASD_STEPS = dict(o.split("=", 1) for o in _VASD["vasd"]["overrides"]).get("max_steps")

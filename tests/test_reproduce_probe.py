@@ -2,7 +2,8 @@
 judged `fic probe` rows (`fic probe` itself is tested in test_probe.py). Checks the probe paper's numbering, the
 `probe.differences` entries ({diff, low, high, p} of T=1 against greedy per dataset), the sentence that states an
 effect only where its interval excludes 0 and otherwise gives the minimum detectable effect, Table 7 on the labels'
-test split, and the time estimate of the default sizes."""
+test split (its genuine kappa interval the core's), the time estimate of the default sizes, the settings read from
+reproduce/settings/probe.json, and the one-way imports between the part's modules."""
 
 import importlib
 import json
@@ -15,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "reproduce"))
 
 import crosswalk  # noqa: E402
+import probe_judge  # noqa: E402
+import probe_readings  # noqa: E402
+import probe_tables  # noqa: E402
 import repro  # noqa: E402
 
 JUDGE = {"kind": "learned", "name": "learned", "version": "v", "n": 180, "kappa": 0.51, "false_positive_rate": 0.02}
@@ -44,7 +48,7 @@ def _rows(part, n_items: int = 10) -> list[dict]:
     s = part.SETTINGS
     rows = []
     cells = [(t, "none") for t in s["temperatures"]]
-    cells += [(t, p) for t in s["control_temperatures"] for p in (*part.CONTROLS, "reseed")]
+    cells += [(t, p) for t in s["control_temperatures"] for p in (*probe_readings.CONTROLS, "reseed")]
     for dataset in s["datasets"]:
         for item in range(n_items):
             for temp, pert in cells:
@@ -78,7 +82,9 @@ def section(part, tmp_path, monkeypatch):
 
     monkeypatch.setattr(repro, "fic", fake_fic)
     monkeypatch.setattr(repro, "judge_about", lambda: JUDGE)
-    monkeypatch.setattr(part, "_judge_labels", _identity_judge)  # no judge model: the judge agrees with the labels
+    monkeypatch.setattr(
+        probe_judge, "judge_labels", _identity_judge
+    )  # no judge model: the judge agrees with the labels
     result = part.run(tmp_path)
     result.commands = commands
     return result
@@ -101,7 +107,7 @@ def test_tables_carry_the_papers_numbers(part, section):
                    "Table 6: failure modes, pooled", "Table 7: judge validation"):  # fmt: skip
         assert sum(c.startswith(prefix) for c in captions) == 1, prefix
     figure = next(p for p in section.text if p.startswith("**Figures 1 and 4"))
-    assert f"![Figures 1 and 4](probe/{part.FIGURE})" in figure
+    assert f"![Figures 1 and 4](probe/{probe_tables.FIGURE})" in figure
     # every probe row of the crosswalk names a caption (or the figure) this part writes
     named = [
         e["fic_table"] for e in crosswalk.CROSSWALK if e["part"] == "probe" and e["fic_table"]
@@ -129,7 +135,7 @@ def test_table_contents(part, section):
                              "label agreement", "label kappa"]  # fmt: skip
     assert [r[1] for r in judge.rows] == ["random", "balanced", "random", "balanced"]
     out = Path(section.commands[0][section.commands[0].index("--out") + 1]).parent
-    assert (out / part.FIGURE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / probe_tables.FIGURE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_differences_and_the_claims_that_follow_them(part, section):
@@ -160,11 +166,14 @@ def test_differences_and_the_claims_that_follow_them(part, section):
 
 def test_a_difference_on_under_ten_items_is_not_estimable(part):
     datasets = part.SETTINGS["datasets"]
-    diffs = part._differences(_rows(part, n_items=8), datasets, part.SETTINGS["temperatures"][-1])
+    s = part.SETTINGS
+    diffs = probe_readings.differences(
+        _rows(part, n_items=8), datasets, s["temperatures"][-1], s["control_temperatures"]
+    )
     gsm8k = diffs["gsm8k"]["temperature"]
     assert (gsm8k["diff"], gsm8k["low"], gsm8k["mde"], gsm8k["detectable"]) == (None, None, None, False)
-    assert part.effect_reading(gsm8k) == "not estimable: 8 clusters (< 10)" == part.points(gsm8k)
-    assert part._mde_cell(gsm8k) == "n/a"
+    assert probe_readings.effect_reading(gsm8k) == "not estimable: 8 clusters (< 10)" == probe_readings.points(gsm8k)
+    assert probe_tables.mde_cell(gsm8k) == "n/a"
     assert diffs["pooled"]["temperature"]["n_items"] == 8 * len(datasets)  # pooled over datasets: enough items
 
 
@@ -184,12 +193,12 @@ def test_summary_keys(part, section):
     assert judge["balanced"]["n"] == 2 * genuine and genuine > 0
 
 
-def test_judge_validation_on_the_labels_test_split(part):
+def test_judge_validation_on_the_labels_test_split():
     """The real labels: the 27 double-labelled test turns agree on every genuine decision; the balanced slice holds
     each genuine turn and as many others. A judge that calls everything a failure has kappa 0."""
-    test, double = part._test_rows(), part._double_rows()
+    test, double = probe_judge.labelled_test_rows(), probe_judge.double_labelled_rows()
     assert len(test) == 180 and all(r["split"] == "test" for r in test) and len(double) == 27
-    out = part.judge_validation(test, double, lambda rows: ["new_task_prompt"] * len(rows))
+    out = probe_judge.judge_validation(test, double, lambda rows: ["new_task_prompt"] * len(rows))
     labellers = out["labeller_vs_labeller"]
     assert labellers["random"]["n"] == 27 and labellers["random"]["genuine_agreement"] == 1.0
     assert labellers["random"]["label_agreement"] == pytest.approx(23 / 27)
@@ -217,12 +226,73 @@ def test_time_estimate_and_scales(part, monkeypatch):
     sys.modules.pop("probe", None)
 
 
-def test_the_rise_is_read_against_the_papers_size(part):
+def test_the_rise_is_read_against_the_papers_size():
     """An interval below the paper's +22-point rise excludes it (the committed pooled -9.4 [-20.0, +1.1] does);
     a wide one neither shows nor excludes it; below 0 contradicts, above 0 shows."""
-    read = part.rise_reading
+    read = probe_readings.rise_reading
     assert read({"diff": -0.094, "low": -0.200, "high": 0.011}) == "excluded"
     assert read({"diff": 0.05, "low": -0.10, "high": 0.30}) == "neither shown nor excluded"
     assert read({"diff": -0.2, "low": -0.3, "high": -0.05}) == "contradicted"
     assert read({"diff": 0.2, "low": 0.05, "high": 0.35}) == "shown"
     assert read({"diff": None, "low": None, "high": None, "note": "not estimable"}) == "not estimable"
+
+
+def test_genuine_kappa_interval_is_the_cores():
+    """Table 7's genuine kappa and its interval are `fic.judges.agreement.binary_agreement`'s; the label kappa's
+    interval comes from the same item resamples (`fic.bootstrap.item_bootstrap`)."""
+    import random
+
+    from fic.bootstrap import item_bootstrap
+    from fic.judges.agreement import binary_agreement
+    from fic.metrics import cohen_kappa
+
+    rng = random.Random(7)
+    labels = ["genuine_followup", "new_task_prompt", "previous_turn_restate", "meta_planning"]
+    pairs = []
+    for _ in range(120):
+        a = rng.choice(labels)
+        pairs.append((a, a if rng.random() < 0.6 else rng.choice(labels), ("d", str(rng.randrange(25)))))
+    row = probe_judge.agreement_row(pairs, 300, seed=4)
+    genuine = [(a == "genuine_followup", b == "genuine_followup") for a, b, _ in pairs]
+    core = binary_agreement([a for a, _ in genuine], [b for _, b in genuine], [p[2] for p in pairs], 300, 4)
+    assert (row["genuine_kappa"], row["genuine_kappa_low"], row["genuine_kappa_high"]) == tuple(core["kappa"].values())
+    groups: dict = {}
+    for p in pairs:
+        groups.setdefault(p[2], []).append(p)
+    label = item_bootstrap(list(groups.values()), lambda rs: {"k": cohen_kappa([r[0] for r in rs], [r[1] for r in rs])},
+                           300, 4)["k"]  # fmt: skip
+    assert (row["label_kappa"], row["label_kappa_low"], row["label_kappa_high"]) == tuple(label.values())
+    assert row["n"] == 120 and row["n_items"] == len(groups) and probe_judge.agreement_row([]) == {"n": 0}
+
+
+def test_settings_are_data(part, monkeypatch):
+    """SETTINGS is reproduce/settings/probe.json at the current SCALE, plus the shared model and judge; the
+    crosswalk's probe rows read the same file."""
+    data = repro.load_settings("probe", "cpu")
+    s = part.SETTINGS
+    assert {k: s[k] for k in data} == data
+    assert (s["model"], s["judge"], s["scale"]) == (repro.MODEL, repro.JUDGE, "cpu") and s["judge_version"]
+    differs = next(e["differs"] for e in crosswalk.CROSSWALK if e["item"] == "Table 4")
+    assert f"{data['limit']} items per dataset" in differs and f"{data['samples']} per item" in differs
+
+
+def test_imports_run_one_way():
+    """probe -> probe_tables -> probe_readings, probe -> probe_judge; no module imports the runner or a private name
+    of another."""
+    import ast
+
+    allowed = {"probe_readings": set(), "probe_judge": set(), "probe_tables": {"probe_readings"},
+               "probe": {"probe_readings", "probe_tables", "probe_judge"}}  # fmt: skip
+    for name, may in allowed.items():
+        tree = ast.parse((ROOT / "reproduce" / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found = {(a.name, None) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                found = {(node.module, a.name) for a in node.names}
+            else:
+                continue
+            for module, imported in found:
+                if module in allowed:
+                    assert module in may, f"{name} imports {module}"
+                    assert not (imported or "").startswith("_"), f"{name} imports {module}.{imported}"

@@ -1,91 +1,12 @@
 """Collaboration post-training (Table 2) with controls: three collab-SFT data arms and follow-up RL from SmolLM2.
 
-Steps (each resumes: fic commands in their `--out` folders, `train` skips a saved model):
-
-1. Split the data (`data/`). Held out (reported, never used for a choice): HealthBench's 9 multi-turn items and 20
-   MT-Bench questions (4 per category of `HELDOUT_MTB_CATEGORIES`, outside the judge's fit). Dev (used only to
-   choose the SFT learning rate and steps and RL's learning rate, steps 4 and 5): the MT-Bench training questions
-   that have no reference answer (so no real conversation to train on) and are outside the judge's fit, plus
-   `dev.healthbench_single_turn` single-turn HealthBench items. Training: the rest (MT-Bench questions with
-   reference answers, the other single-turn HealthBench items, the shortest GSM8K-train items).
-2. Base probe on the held-out contexts: the base model answers each held-out context once (greedy); those answers
-   are copied into every later probe's `responses.jsonl`, so every model is judged after the same answers, with the
-   same judge, temperature and seeds. Every probe also judges each turn after another context's answer (the generic
-   floor, context swap).
-3. Three SFT data arms of the same size (the real arm's size), trained with the same steps and learning rate:
-   `real` (real follow-ups only: MT-Bench second turns of training questions after the GPT-4 reference answer, and
-   the user turns of multi-turn HealthBench training items, of which this data has none: all 9 are held out),
-   `template_unfiltered` (one template follow-up per context, "Why is it {x}?", "What do you mean by {w}?", drawn
-   without a judge; `fic.data.followups`) and `template_filtered` (on the same contexts, the candidate the training
-   judge (`TRAINING_JUDGE`, `strict`: fitted on SmolLM2's and trained models' turns alike), in its contrastive form,
-   calls genuine with most confidence: genuine after this context's answer and not after another's,
-   `fic.judges.contrast`). No follow-ups sampled from a model. Follow-up RL's reward comes from the same judge, also
-   contrastive (the recipe's `reward_judge`, `reward_judge_contrast`); the probes judge every model plainly with the
-   judge of rates (`repro.JUDGE`, `learned`), with the generic floor beside.
-4. The learning rate and steps: a grid (`sft.grid`) trained on a mix of a third of each arm's rows, each point
-   probed on the dev contexts (after the base model's answers there); the point with the highest dev genuine rate
-   minus its dev generic floor is chosen (ties: fewer steps, then the lower rate). The schedule is constant, so
-   the shorter point is a checkpoint of the longer run. The held-out contexts play no part in it. At SCALE=gpu
-   (`CHOOSE_IN_RUN`) this runs inside the run. At SCALE=cpu, the default, it is not rerun (for time): the
-   fresh-clone run at 7eebd76 made it on the same dev contexts (1e-4, 8 steps) and `reproduce/dev_choices.json`
-   (`collab_sft`) records its numbers, which the report shows with that commit; no grid model is trained.
-5. Each arm trained at the chosen point and probed on the held-out contexts. Follow-up RL: its learning rate
-   chosen the same way (`rl.grid`: one RL run per rate, each probed on the dev contexts, the highest dev rate minus
-   dev generic floor wins; ties: the lower rate); the chosen run is probed on the held-out contexts and reported as
-   measured. At SCALE=cpu only the rate recorded in `dev_choices.json` (`collab_rl`: 6e-5) is trained, in the same
-   folder with the same overrides (the model that run chose), and no RL model is probed on dev. GSM8K test accuracy
-   of the base model at SCALE=gpu only (at SCALE=cpu the probe part reports the base model's GSM8K accuracy).
-6. Calibrated rates: per model, `fic review PROBE_FOLDER --sample 30` (blind labels) then a rerun of the part's
-   summary picks up `PROBE_FOLDER/labels.jsonl` (summary key `collab.calibrated`, computed in `collab_labels.py`);
-   without labels it says so. Where the base model and a trained one are labelled, their calibrated difference
-   paired by context (summary key `collab.calibrated_differences`; "not estimable" under 10 labelled contexts, as
-   HealthBench's 9 are) stands beside the judge's, and the targets are read off it: its lower end minus the model's
-   rise in generic floor.
-
-Time, measured in the fresh-clone `make reproduce` of 2026-12-02 (reproduce/results; 2 cores, on a day the machine
-ran ~1.6x slower than the part-by-part check of the same code, where this part took 27 min):
-
-    base held-out probe                                   4.0
-    judge the template candidates (~1.9k, one process)    0.3
-    base dev probe (24 contexts answered, 2 turns each)   1.3
-    grid: 2 runs x 8 steps of the mixed rows              3.8 + 3.9 = 7.7   (+0.1 per `--plan`, every run)
-    grid: 4 dev probes (answers copied, 2 turns each)     0.6 + 0.6 + 0.5 + 0.5 = 2.2
-    arms at the chosen point (8 steps): real 4.8, templates 2.5 and 2.6
-                                                          9.9
-    held-out probes of 3 arms and RL (answers copied)     2.0 + 1.7 + 1.7 + 2.0 = 7.4
-    follow-up RL: 2 learning rates x 8 GRPO steps         5.1 + 4.7 = 9.8
-    RL dev probes (answers copied, 2 turns each)          2 x 0.6 = 1.2
-    GSM8K accuracy (base, judge-filtered arm, RL)         0.9 + 0.5 + 0.8 = 2.2
-    total (the sizes of that run, before the cuts below)  46.6 min, and 2.6 min for the second pass that picks up
-                                                          the blind labels (every step resumed)
-
-Training is the line that moved most against the earlier estimate (7.4 s a step at max_length 320): at max_length
-512 an MT-Bench batch of the real arm took ~33 s a step that day. `truncation_mode=keep_end` (deprecated in TRL,
-still supported) keeps every row's trained follow-up, so no arm loses rows to truncation (at keep_start and 320
-tokens the earlier SFT lost 25 of its 201 rows).
-
-Sizes dropped after that run, before any control, so the part fits ~35 min on such a slow day (every dropped size
-read on dev or on a floor, never on held-out numbers): the grid's second learning rate 3e-4 (it scored lowest on dev
-at both step counts: -3.9 min training, -1.0 min dev probes); follow-up RL at 4 steps per rate instead of the
-recipe's 8 (-4.9 min; the grid moves up to 3e-5 and 6e-5, the same learning rate x steps as 1.5e-5 and 3e-5 at 8);
-GSM8K accuracy for the base model only (-1.3 min: base scored 0/20, so a trained model cannot show a loss there).
-Estimated at the slow day's speed: 46.6 - 11.1 = 35.5 min, plus ~2 min for the labels pass.
-
-The fresh clone of 2026-12-03 (commit 7eebd76, a slower day) took 45.5 min for this part at those sizes. SCALE=cpu
-now skips the in-run dev choices and GSM8K, at that day's speed: the base dev probe 1.5 min, the grid's training 5.1
-(with its `--plan`) and its 2 dev probes 1.5, the RL run at the rate not chosen (3e-5) 3.3 (with its `--plan`), the 2
-RL dev probes 0.8 + 0.9, GSM8K of the base model 1.3: 14.4 min, so ~31 min at that speed. SCALE=gpu runs them all.
-The fresh clone at 95e5153 (a faster hour: reference step 3.34 s, `reproduce/speed.py`) ran the part at these sizes
-in 20.1 min, the blind labels attaching in the run. With the contrastive filter and reward (2026-12-04), judging the
-1,854 template candidates took 0.3 min as before (the contrast re-judges only the 967 it keeps genuine) and the two
-template arms, RL and their probes 13.2 min. With the `strict` training judge (same day, `--redo collab`, one pass
-from scratch) the whole part took 21.7 min and the labels pass 0.8; the strict judge, contrastively, kept a
-follow-up on 297 of the 309 template contexts (0.3 min) and called 1,213 of the 1,854 candidates genuine. Rerun alone
-from scratch on 2026-12-06 (the committed results' collab part), its one pass took 20.5 min.
-
-Sizes dropped for the ~25 min first planned (before any control): the arms hold the real arm's 35 rows (not the 176 the
-earlier single SFT trained on), 4 or 8 steps instead of 22, 2 dev turns per context, GSM8K accuracy not measured
-for the two control arms. Each extra held-out sample per context adds ~0.25 min per model (5 models).
+`run` splits the data (held out, dev, training), probes the base model on the held-out contexts, builds the three SFT
+arms of the same size (`real`, `template_unfiltered`, `template_filtered`), chooses the learning rate and steps on dev
+(or reads the recorded choice at SCALE=cpu), trains each arm and follow-up RL at the chosen point, probes every model
+after the base model's held-out answers, and hands what it measured to `collab_report.build_section`. Every step
+resumes: fic commands in their `--out` folders, `repro.train` skips a saved model. Settings: `collab_settings`
+(`reproduce/settings/collab.json`); why the part is set up this way and what it costs: `reproduce/results/README.md`,
+"How the collab part is set up".
 """
 
 from __future__ import annotations
@@ -98,74 +19,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import heldout
 import repro
-from heldout import HELDOUT_MTB_CATEGORIES, mt_bench_heldout_ids
-
-SCALE = repro.scale()
-# SCALE=gpu chooses the SFT learning rate and steps and RL's learning rate on dev inside the run; SCALE=cpu reads the
-# choices the fresh-clone run at 7eebd76 made on the same dev contexts (`repro.recorded_choice`: `collab_sft`, `collab_rl`).
-CHOOSE_IN_RUN = repro.chooses_in_run()
+from collab_report import build_section
+from collab_settings import ARMS, CHOOSE_IN_RUN, SETTINGS, TRAINING_JUDGE, point_key
+from heldout import mt_bench_heldout_ids
 
 TITLE = "Collaboration post-training (Table 2): collab SFT data arms and follow-up RL, with controls"
-
-ARMS = ("real", "template_unfiltered", "template_filtered")
-# The judge of the training signals (the filtered arm's filter, follow-up RL's reward; the recipes name it too).
-TRAINING_JUDGE = "strict"
-DATASETS = ("healthbench", "mt_bench")
-NAMES = {
-    "base": "SmolLM2 (base)", "real": "SFT: real follow-ups", "template_unfiltered": "SFT: template, unfiltered",
-    "template_filtered": "SFT: template, judge-filtered", "rl": "follow-up RL",
-}  # fmt: skip
-
-SETTINGS = {
-    "model": repro.MODEL,
-    "scale": SCALE,
-    "judge": repro.JUDGE,
-    "judge_version": repro.judge_version(),
-    "seed": heldout.SEED,
-    "heldout": {"healthbench": "all multi-turn items of oss_eval_first30", "mt_bench_per_category": heldout.PER_CATEGORY,
-                "mt_bench_categories": list(HELDOUT_MTB_CATEGORIES)},
-    "dev": {"mt_bench": "training questions with no reference answer, outside the judge's fit",
-            "healthbench_single_turn": 10, "samples": 2},
-    "probe": {"temperatures": [0.7], "samples": 4, "max_new_tokens": 48, "response_tokens": 128, "batch_size": 32},
-    # The base model only, at SCALE=gpu: it scored 0/20 in the run of 2026-12-02, so no trained model can show a loss
-    # here. SCALE=cpu measures none (for time; the probe part reports the base model's GSM8K accuracy).
-    "gsm8k": {"limit": 20, "response_tokens": 192, "items": "the first 20 test items outside the judge's fit",
-              "models": ["base"] if SCALE == "gpu" else []},
-    "gsm8k_train_short": 300,  # training contexts: the GSM8K-train items with the shortest question + answer
-    "arms": list(ARMS),
-    "template_candidates": 6,
-    # The judge-filtered arm's filter and follow-up RL's reward: the `strict` judge, contrastively
-    # (`fic.judges.contrast`): a turn also genuine after another context's answer is not kept / not rewarded. The
-    # probes judge plainly with `repro.JUDGE` and report the generic floor beside every rate.
-    "training_judge": {"kind": TRAINING_JUDGE, "contrast": True, "version": repro.judge_version(TRAINING_JUDGE)},
-    "sft": {
-        # Every arm: the same rows, steps and learning rate; no arm loses its trained turn to truncation (keep_end).
-        "overrides": ["max_length=512", "truncation_mode=keep_end", "lr_scheduler_type=constant", "warmup_steps=0",
-                      "dataset_limit=null", "followup_contexts=[]"],
-        # One run at 1e-4 (its checkpoint at 4 steps is the other point): 3e-4 scored lowest on dev at both step counts
-        # in the run of 2026-12-02 (4.2 and 12.5 points against 22.9 and 25.0), so it was dropped for time.
-        "grid": {"learning_rate": [1.0e-4], "max_steps": [4, 8]},
-        "criterion": "dev genuine rate minus dev generic floor; ties: fewer steps, then the lower learning rate",
-    },
-    # Follow-up RL: the recipe's values but half its steps (for time); only the learning rate is chosen, on the same
-    # dev contexts. At half the steps the grid is 3e-5 (the dev choice at 8 steps in the run of 2026-12-02) and 6e-5
-    # (the same learning rate x steps as 3e-5 at 8).
-    "rl": {"grid": {"learning_rate": [3.0e-5, 6.0e-5]}, "overrides": ["max_steps=4"],
-           "criterion": "dev genuine rate minus dev generic floor; ties: the lower learning rate"},
-    "sft_recipe": "reproduce_collab_sft",
-    "rl_recipe": "reproduce_followup_rl",
-}  # fmt: skip
-# The recipes' contents, so that a part folder trained with other recipe values is refused rather than resumed.
-SETTINGS["recipe_sha256"] = {
-    name: hashlib.sha256((repro.ROOT / "recipes" / f"{name}.yaml").read_bytes()).hexdigest()[:16]
-    for name in (SETTINGS["sft_recipe"], SETTINGS["rl_recipe"])
-}
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -192,14 +51,16 @@ def split_data(data: Path) -> dict[str, Path]:
     """Held-out, dev and training copies of HealthBench and MT-Bench under `data/` (file names say the split)."""
     from fic.judges.provenance import prompt_hash
 
-    hb = _rows(repro.SHARED / "healthbench" / "oss_eval_first30.jsonl")
+    hb = repro.read_jsonl(repro.SHARED / "healthbench" / "oss_eval_first30.jsonl")
     multi = [r for r in hb if len(r["prompt"]) > 1]
     single = [r for r in hb if len(r["prompt"]) == 1]
     hb_dev_ids = set(random.Random(SETTINGS["seed"]).sample(sorted(r["prompt_id"] for r in single),
                                                             SETTINGS["dev"]["healthbench_single_turn"]))  # fmt: skip
-    mtb = _rows(repro.SHARED / "mt_bench" / "question.jsonl")
+    mtb = repro.read_jsonl(repro.SHARED / "mt_bench" / "question.jsonl")
     held_ids = mt_bench_heldout_ids(mtb)
-    references = {r["question_id"] for r in _rows(repro.SHARED / "mt_bench" / "reference_answer_gpt-4.jsonl")}
+    references = {
+        r["question_id"] for r in repro.read_jsonl(repro.SHARED / "mt_bench" / "reference_answer_gpt-4.jsonl")
+    }
     fitted = judge_fitted()
     # Dev MT-Bench: training questions with no reference answer (no real conversation to train on), outside the fit.
     dev_ids = {r["question_id"] for r in mtb if r["question_id"] not in held_ids and r["question_id"] not in references
@@ -216,7 +77,7 @@ def split_data(data: Path) -> dict[str, Path]:
                             [r for r in mtb if r["question_id"] not in held_ids | dev_ids]),
     }  # fmt: skip
     # Training contexts cost prefill and training tokens on 2 cores: the shortest GSM8K-train items, in file order.
-    gsm8k = _rows(repro.SHARED / "gsm8k" / "train.jsonl")
+    gsm8k = repro.read_jsonl(repro.SHARED / "gsm8k" / "train.jsonl")
     short = sorted(range(len(gsm8k)), key=lambda i: (len(gsm8k[i]["question"]) + len(gsm8k[i]["answer"]), i))
     keep = sorted(short[: SETTINGS["gsm8k_train_short"]])
     paths["gsm8k_train"] = _write(data / "gsm8k_short" / "train.jsonl", [gsm8k[i] for i in keep])
@@ -231,6 +92,10 @@ def heldout_specs(paths: dict[str, Path]) -> list[str]:
 
 def dev_specs(paths: dict[str, Path]) -> list[str]:
     return [f"healthbench:{paths['hb_dev']}", f"mt_bench:{paths['mtb_dev']}"]
+
+
+def dev_contexts(paths: dict[str, Path]) -> dict[str, int]:
+    return {d: len(repro.read_jsonl(paths[k])) for d, k in (("healthbench", "hb_dev"), ("mt_bench", "mtb_dev"))}
 
 
 def template_specs(paths: dict[str, Path]) -> list[str]:
@@ -307,7 +172,10 @@ def build_arms(out: Path, paths: dict[str, Path], log: Path) -> dict:
                    "--candidates", "templates", "--samples", SETTINGS["template_candidates"], "--keep", 1,
                    "--responses", "data", "--judge", TRAINING_JUDGE, "--contrast", "--seed", SETTINGS["seed"], "--out", judged_dir],
                   log)  # fmt: skip
-    arms = {"real": real, **template_arms(template_contexts(paths), _rows(judged_dir / "followups.jsonl"), len(real))}
+    arms = {
+        "real": real,
+        **template_arms(template_contexts(paths), repro.read_jsonl(judged_dir / "followups.jsonl"), len(real)),
+    }
     arms["mixed"] = mixed_arm(arms, len(real))
     return {
         name: {"path": _write(out / "data" / "arms" / name / "train.jsonl", rows), "rows": len(rows),
@@ -416,16 +284,11 @@ def recorded_choice(key: str) -> dict:
     if chosen["learning_rate"] not in grid.get("learning_rate", []) or (
         "max_steps" in chosen and chosen["max_steps"] not in grid.get("max_steps", [])
     ):
-        wrong.append(f"chosen point {_point_key(chosen)} outside its grid {grid}")
+        wrong.append(f"chosen point {point_key(chosen)} outside its grid {grid}")
     if wrong:
         raise repro.StepError(f"collab: the recorded dev choice {key!r} in {repro.DEV_CHOICES} does not apply to this "
                               f"run: {'; '.join(wrong)}; run with SCALE=gpu to make the choice inside the run")  # fmt: skip
     return rec
-
-
-def _point_key(point: dict) -> tuple:
-    """A grid point's identity: its learning rate and (SFT) steps; a chosen RL point also carries its model path."""
-    return point["learning_rate"], point.get("max_steps")
 
 
 def recorded_tuning(paths: dict[str, Path]) -> dict:
@@ -435,7 +298,7 @@ def recorded_tuning(paths: dict[str, Path]) -> dict:
     dev = dict(rec["dev"])
     recorded = {**rec["recorded"], "dev_datasets": dev.pop("datasets", None),
                 "note": "dev_datasets are paths of the recorded run's output folder, not of this run"}  # fmt: skip
-    ours = {d: len(_rows(paths[k])) for d, k in (("healthbench", "hb_dev"), ("mt_bench", "mtb_dev"))}
+    ours = dev_contexts(paths)
     if ours != dev.get("contexts"):
         print(f"warning: collab: this run's dev split has {ours} contexts, the recorded choice was made on "
               f"{dev.get('contexts')}", file=sys.stderr, flush=True)  # fmt: skip
@@ -443,7 +306,9 @@ def recorded_tuning(paths: dict[str, Path]) -> dict:
 
 
 def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
-    """The grid on dev contexts (module docstring, step 4): {grid, dev, points, chosen}. Reads no held-out file. At
+    """The SFT learning rate and steps on the dev contexts: the grid (`sft.grid`) trained on the mixed arm (one run per
+    rate, its shorter step counts as checkpoints of the constant schedule), each point probed on dev after the base
+    model's dev answers, the best dev score chosen (`choose`): {grid, dev, points, chosen}. Reads no held-out file. At
     SCALE=cpu (not `CHOOSE_IN_RUN`) the recorded choice (`recorded_tuning`), with nothing trained or probed."""
     if not CHOOSE_IN_RUN:
         return recorded_tuning(paths)
@@ -465,19 +330,19 @@ def tune(out: Path, paths: dict[str, Path], arms: dict, logs: Path) -> dict:
                          samples=SETTINGS["dev"]["samples"])  # fmt: skip
         points.append({"learning_rate": lr, "max_steps": steps, **dev_point(summary)})
     return {"grid": SETTINGS["sft"]["grid"], "criterion": SETTINGS["sft"]["criterion"],
-            "dev": {"datasets": dev, "contexts": {d: len(_rows(paths[k])) for d, k in (("healthbench", "hb_dev"),
-                                                                                       ("mt_bench", "mtb_dev"))},
-                    "samples": SETTINGS["dev"]["samples"], "base": dev_point(base)},
+            "dev": {"datasets": dev, "contexts": dev_contexts(paths), "samples": SETTINGS["dev"]["samples"],
+                    "base": dev_point(base)},
             "trained_on": {"rows": arms["mixed"]["rows"], "sources": arms["mixed"]["sources"],
                            "note": "a third of each arm's rows"},
             "points": points, "chosen": choose(points)}  # fmt: skip
 
 
 def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
-    """Follow-up RL's learning rate on the dev contexts (module docstring, step 5): one RL run per rate of `rl.grid`
-    (out/rl/lrRATE), each probed on dev after the base model's dev answers; {grid, criterion, points, chosen}, where
-    `chosen` also names the run's folder. Reads no held-out file. At SCALE=cpu (not `CHOOSE_IN_RUN`) only the recorded
-    choice's rate (`collab_rl`) is trained, in the same folder with the same overrides, and nothing is probed on dev."""
+    """Follow-up RL's learning rate on the dev contexts: one RL run per rate of `rl.grid` (out/rl/lrRATE), each probed
+    on dev after the base model's dev answers, the best dev score chosen (`choose`); {grid, criterion, points, chosen},
+    where `chosen` also names the run's folder. Reads no held-out file. At SCALE=cpu (not `CHOOSE_IN_RUN`) only the
+    recorded choice's rate (`collab_rl`) is trained, in the same folder with the same overrides, and nothing is probed
+    on dev."""
     if not CHOOSE_IN_RUN:
         rec = recorded_choice("collab_rl")
         lr = rec["chosen"]["learning_rate"]
@@ -495,8 +360,6 @@ def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
 
 
 def run(out: Path) -> repro.Section:
-    from collab_report import _section  # imported here, not at the top: collab_report imports this module
-
     out = Path(out)
     logs = out / "logs"
     paths = split_data(out / "data")
@@ -517,4 +380,4 @@ def run(out: Path) -> repro.Section:
     models["rl"] = rl_tuning["chosen"]["model"]
     probes["rl"] = _probe(out / "probe_rl", models["rl"], held, logs / "probe_rl.log", seed_from=out / "probe_base")
     acc = {k: _gsm8k(out, k, models[k], logs / f"gsm8k_{k}.log") for k in SETTINGS["gsm8k"]["models"]}
-    return _section(out, paths, probes, acc, arms, tuning, rl_tuning)
+    return build_section(out, paths, probes, acc, arms, tuning, rl_tuning)

@@ -1,5 +1,5 @@
-"""The collab part's blind labels (reproduce/collab.py, step 6): committed labels of `labels/followup/collab`, the
-calibrated rates and paired differences they give, and the targets read off them."""
+"""The collab part's blind labels: this run's (`fic review PROBE_FOLDER --sample 30`) or the committed ones of
+`labels/followup/collab`, the calibrated rates and paired differences they give, and the targets read off them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import repro
-from collab import DATASETS, SETTINGS, _rows
+from collab_settings import DATASETS, SETTINGS
 
 COMMITTED_LABELS = repro.ROOT / "labels" / "followup" / "collab"
 
@@ -18,14 +18,17 @@ def review_command(folder: Path) -> str:
 
 def calibrated_rates(out: Path, models: list[str], committed: Path | None = None,
                      label_maps: dict | None = None) -> dict:  # fmt: skip
-    """Per model: the calibrated (PPI) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
+    """Per model: the calibrated (PPI++) rate per dataset and overall from `probe_MODEL/labels.jsonl` (written by
     `fic review ... --sample 30`), else from the committed `labels/followup/collab/MODEL.jsonl` (blind labels of an
     earlier run's turns: a label attaches only where its turn's text hashes the same in this run, and at least half
-    of them must; `committed_labels`), or the command to write them; labels are never made up here. `label_maps`,
-    when given, receives each labelled model's `{row key: genuine}` (for `calibrated_differences`)."""
+    of them must; `committed_labels`), or the command to write them; labels are never made up here. The rates are
+    the `calibrated` cells of the summary `fic rates PROBE_FOLDER --labels FILE` writes
+    (`fic.followup_summary.summarize`, items inside the judge's fit left out), computed here without rewriting the
+    probe's summary.json. `label_maps`, when given, receives each labelled model's `{row key: genuine}` (for
+    `calibrated_differences`)."""
     committed = COMMITTED_LABELS if committed is None else committed
-    from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, read_labels
-    from fic.followup_summary import calibrated, row_key
+    from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, overlap_items, read_labels
+    from fic.followup_summary import row_key, summarize
 
     rerun = f"rm {out / 'section.json'}; python reproduce/run.py --parts collab --out {out.parent}"
     result = {}
@@ -33,7 +36,7 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
         folder = out / f"probe_{name}"
         entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
         labels_path, changed = folder / LABELS_FILE, []
-        rows = _rows(folder / "samples.jsonl")
+        rows = repro.read_jsonl(folder / "samples.jsonl")
         if not labels_path.is_file() and (committed / f"{name}.jsonl").is_file():
             entry["committed"] = str(committed / f"{name}.jsonl")
             labels_path, changed = committed_labels(committed / f"{name}.jsonl", rows, folder)
@@ -53,14 +56,15 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
         label_map = {row_key(r): bool(r["genuine"]) for r in labels}
         if label_maps is not None:
             label_maps[name] = label_map
-        by_dataset = {d: calibrated([r for r in rows if r["dataset"] == d], label_map) for d in DATASETS}
+        summary = summarize(rows, labels=labels, excluded=overlap_items(meta))
+        by_dataset = {d: (summary["by_dataset"].get(d) or {}).get("calibrated") for d in DATASETS}
         status = f"{len(labels)} of {len(labels) + len(changed)} labels attach" + (
             f" ({len(changed)} labelled turn(s) differ in this run, left out: {', '.join(changed)})" if changed else ""
         )
         result[name] = {**entry, "status": status, "n_labels": len(labels), "left_out": len(changed),
                         "left_out_keys": changed,
                         "labelled_rate": sum(label_map.values()) / len(label_map) if label_map else None,
-                        "overall": calibrated(rows, label_map), "by_dataset": by_dataset}  # fmt: skip
+                        "overall": summary["overall"]["calibrated"], "by_dataset": by_dataset}  # fmt: skip
     return result
 
 

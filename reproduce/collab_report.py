@@ -1,4 +1,4 @@
-"""The collab part's report (reproduce/collab.py): its summary.json entries, tables, targets and text from what
+"""The collab part's report: its summary.json entries, tables, targets and text (`build_section`) from what
 `collab.run` measured."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import repro
-from collab import ARMS, DATASETS, NAMES, SETTINGS, TRAINING_JUDGE, _point_key, _rows
 from collab_labels import calibrated_differences, calibrated_rates, calibrated_target, floor_rise
-from heldout import HELDOUT_MTB_CATEGORIES
+from collab_settings import ARMS, DATASETS, NAMES, SETTINGS, TRAINING_JUDGE, point_key
 
 
 def _cell(summary: dict, dataset: str) -> dict | None:
@@ -19,7 +18,7 @@ def _cell(summary: dict, dataset: str) -> dict | None:
 
 def _turn_stats(folder: Path, dataset: str) -> dict:
     """Cheap signs of judge gaming in a probe's turns: mean words, share of distinct turns, share ending in '?'."""
-    rows = [r for r in _rows(folder / "samples.jsonl") if r["dataset"] == dataset]
+    rows = [r for r in repro.read_jsonl(folder / "samples.jsonl") if r["dataset"] == dataset]
     turns = [r["user_turn"].strip() for r in rows]
     if not turns:
         return {}
@@ -32,7 +31,7 @@ def _turn_stats(folder: Path, dataset: str) -> dict:
 
 def _shown_turns(folder: Path, per_dataset: int = 5) -> list[dict]:
     """Held-out turns of a probe: the first sample of each context first, then the next samples, `per_dataset` each."""
-    rows = _rows(folder / "samples.jsonl")
+    rows = repro.read_jsonl(folder / "samples.jsonl")
     shown = []
     for dataset in DATASETS:
         t = float(SETTINGS["probe"]["temperatures"][0])
@@ -103,7 +102,7 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
+def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
              tuning: dict, rl_tuning: dict) -> repro.Section:  # fmt: skip
     judge = repro.judge_about()
     p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
@@ -111,7 +110,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
     hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
     mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
-    rows = {k: _rows(out / f"probe_{k}" / "samples.jsonl") for k in probes}
+    rows = {k: repro.read_jsonl(out / f"probe_{k}" / "samples.jsonl") for k in probes}
     differences = _holm_overall({k: _differences(rows["base"], rows[k]) for k in models if k != "base"})
     estimates = {k: _estimates(v, k) for k, v in probes.items()}
     evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
@@ -145,7 +144,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
                "reward_hacking": rl_eval.get("reward_hacking"), "hyperparameters": rl_tuning},
         "gsm8k_accuracy": acc_only,
-        "heldout": {"healthbench_contexts": len(_rows(paths["hb_test"])), "mt_bench_contexts": len(_rows(paths["mtb_test"])),
+        "heldout": {"healthbench_contexts": len(repro.read_jsonl(paths["hb_test"])), "mt_bench_contexts": len(repro.read_jsonl(paths["mtb_test"])),
                     "temperature": p["temperatures"], "samples": p["samples"]},
         "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS} for k in probes},
         "differences": differences,
@@ -160,7 +159,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
         "model": f"SmolLM2-135M-Instruct ({repro.MODEL}), fp32 on CPU; every SFT arm and follow-up RL start from it",
         "data": (f"held out: the {n_hb} multi-turn HealthBench items of oss_eval_first30 and {n_mtb} MT-Bench questions "
                  f"({SETTINGS['heldout']['mt_bench_per_category']} per category of "
-                 f"{', '.join(HELDOUT_MTB_CATEGORIES)}); dev (the learning rate and steps only"
+                 f"{', '.join(SETTINGS['heldout']['mt_bench_categories'])}); dev (the learning rate and steps only"
                  f"{', chosen in the run at commit ' + tuning['recorded']['commit'] if sft_note else ''}): "
                  f"{tuning['dev']['contexts']['mt_bench']} MT-Bench training questions without a reference answer "
                  f"outside the judge's fit and {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items; "
@@ -221,7 +220,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                f"{100 * tuning['dev']['base']['score']:.1f}", ""]]
              + [[f"{pt['learning_rate']:g}", pt["max_steps"], repro.rate_cell(pt["raw"]),
                  repro.interval_cell(pt["generic_floor"]), f"{100 * pt['score']:.1f}",
-                 "yes" if _point_key(pt) == _point_key(chosen) else ""] for pt in tuning["points"]],
+                 "yes" if point_key(pt) == point_key(chosen) else ""] for pt in tuning["points"]],
     )  # fmt: skip
     rl_chosen = rl_tuning["chosen"]
     rl_grid = repro.Table(
@@ -232,7 +231,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                 "generic floor (%)",
         columns=["learning rate", "dev rate", "dev generic floor", "score", "chosen"],
         rows=[[f"{pt['learning_rate']:g}", repro.rate_cell(pt["raw"]), repro.interval_cell(pt["generic_floor"]),
-               f"{100 * pt['score']:.1f}", "yes" if _point_key(pt) == _point_key(rl_chosen) else ""]
+               f"{100 * pt['score']:.1f}", "yes" if point_key(pt) == point_key(rl_chosen) else ""]
               for pt in rl_tuning["points"]],
     )  # fmt: skip
     calib = repro.Table(
@@ -299,7 +298,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
         calibrated_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
                           f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
                           "first -> last quarter of steps)", cal_diffs, summary["floor_rise"]["rl"]["overall"], 1e-9),
-        _hacking_target(summary["rl"]["reward_hacking"]),
+        hacking_target(summary["rl"]["reward_hacking"]),
     ]  # fmt: skip
     src = arms["template_filtered"]["sources"]
     labelled = [k for k, c in calibrated.items() if c["n_labels"]]
@@ -364,7 +363,7 @@ def _section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: di
                          text=text, targets=targets)  # fmt: skip
 
 
-def _hacking_target(check: dict | None) -> repro.Target:
+def hacking_target(check: dict | None) -> repro.Target:
     """Follow-up RL's reward against the judge-genuine share on every logged window (`fic.trainers.reward_hacking`):
     a window where the reward rises while the genuine share falls is the policy gaming the reward."""
     what = "follow-up RL's reward and judge-genuine share move together on every logged window"

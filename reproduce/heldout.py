@@ -1,13 +1,17 @@
 """The collab part's held-out MT-Bench items, importable without loading a judge: `scripts/train_judge_classifier.py`
-keeps them out of the judge's fit, and the fit must be possible when the shipped classifier is stale."""
+keeps them out of the judge's fit, and the fit must be possible when the shipped classifier is stale. The draw's
+sizes and seed are `heldout` and `seed` of `reproduce/settings/collab.json`."""
 
 from __future__ import annotations
 
 import random
 
-HELDOUT_MTB_CATEGORIES = ("writing", "roleplay", "extraction", "stem", "humanities")  # no GPT-4 references there
-PER_CATEGORY = 4
-SEED = 0  # the collab part's seed
+import repro
+
+_SETTINGS = repro.load_settings("collab", "cpu")  # the held-out draw is the same at every SCALE
+HELDOUT_MTB_CATEGORIES = tuple(_SETTINGS["heldout"]["mt_bench_categories"])  # no GPT-4 references there
+PER_CATEGORY = _SETTINGS["heldout"]["mt_bench_per_category"]
+SEED = _SETTINGS["seed"]  # the collab part's seed
 
 
 def mt_bench_heldout_ids(questions: list[dict]) -> set[int]:

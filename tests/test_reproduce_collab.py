@@ -102,7 +102,7 @@ def _fake_train(recipe: str, overrides: list[str], output_dir: Path, log: Path, 
 def _import_part(monkeypatch, scale: str):
     """A fresh `collab` module at `SCALE=scale` (its SETTINGS and CHOOSE_IN_RUN are read at import)."""
     monkeypatch.setenv("SCALE", scale)
-    for name in ("collab", "collab_labels", "collab_report"):
+    for name in ("collab", "collab_labels", "collab_report", "collab_settings", "heldout"):
         sys.modules.pop(name, None)
     import collab as part
 
@@ -500,11 +500,11 @@ def test_the_rl_reward_is_checked_against_the_genuine_share_per_window():
 
     key = "followup/genuine_rate"
     rising_reward_falling_genuine = [{"step": i, "reward": 0.1 * i, key: 0.5 - 0.05 * i} for i in range(1, 5)]
-    flagged = collab_report._hacking_target(reward_hacking_summary(rising_reward_falling_genuine, 2))
+    flagged = collab_report.hacking_target(reward_hacking_summary(rising_reward_falling_genuine, 2))
     assert not flagged.met and "2 of 2 windows of 2 logged steps flagged" in flagged.measured
     together = [{"step": i, "reward": 0.1 * i, key: 0.1 * i} for i in range(1, 5)]
-    assert collab_report._hacking_target(reward_hacking_summary(together, 2)).met
-    assert not collab_report._hacking_target(None).met
+    assert collab_report.hacking_target(reward_hacking_summary(together, 2)).met
+    assert not collab_report.hacking_target(None).met
 
 
 def test_labelled_base_and_arm_give_holm_adjusted_calibrated_differences(tmp_path, monkeypatch):
@@ -525,3 +525,53 @@ def test_labelled_base_and_arm_give_holm_adjusted_calibrated_differences(tmp_pat
     assert set(cal) == {"template_filtered"}
     overall = cal["template_filtered"]["overall"]
     assert overall["holm_family"] == 1 and "Holm-adjusted p=" in overall["reading"] and "detectable" in overall
+
+
+def _reproduce_imports() -> dict[str, set[str]]:
+    """Which reproduce/ modules each reproduce/ module imports (at the top or inside a function), read from its
+    source."""
+    import ast
+
+    names = {p.stem for p in (ROOT / "reproduce").glob("*.py")}
+    graph = {}
+    for name in names:
+        tree = ast.parse((ROOT / "reproduce" / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+        graph[name] = found & names
+    return graph
+
+
+def test_the_collab_modules_import_one_way_and_share_no_private_name():
+    import ast
+
+    graph = _reproduce_imports()
+    reached, todo = set(), ["collab"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += sorted(graph[name])
+    assert {"collab_report", "collab_labels", "collab_settings", "heldout"} <= reached
+
+    def leads_back(start: str) -> bool:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo += graph[name]
+        return False
+
+    assert not [name for name in sorted(reached) if leads_back(name)]
+    for name in sorted(n for n in reached if n.startswith("collab") or n == "heldout"):
+        tree = ast.parse((ROOT / "reproduce" / f"{name}.py").read_text(encoding="utf-8"))
+        private = [f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   and node.module in graph for a in node.names if a.name.startswith("_")]  # fmt: skip
+        assert not private, (name, private)

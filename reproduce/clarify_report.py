@@ -1,10 +1,16 @@
-"""The clarify part's report (reproduce/clarify.py): the cells of its regret, belief-temperature, faithfulness and
-BAG tables, and its text."""
+"""The clarify part's report: its tables and text, built from the part's summary (`clarify.run`) and settings alone.
+The policies it reports, in row order, are named here; `clarify` runs each of them."""
 
 from __future__ import annotations
 
-from clarify import POLICIES, PROFILES, RULE_POLICIES, SETTINGS
 from repro import Table, few_clusters
+
+from fic.eval.clarify.user import PROFILES
+from fic.metrics import REGRET_PARTS
+
+RULE_POLICIES = ("reference", "always_answer", "always_ask")
+MODEL_POLICIES = ("model", "bag", "bag_plus")
+POLICIES = (*RULE_POLICIES, *MODEL_POLICIES)
 
 
 def _temperature_table(choice: dict, k: int) -> Table:
@@ -84,15 +90,102 @@ REGRET_COLUMNS = [
 ]  # fmt: skip
 
 
-def _accuracy_cell(summary: dict) -> str:
-    from fic.metrics import wilson_interval
-
-    low, high = wilson_interval(summary["correct"], summary["answered"])
-    return f"{_pct(summary['accuracy'])} [{_pct(low)}, {_pct(high)}] ({summary['correct']}/{summary['answered']})"
+def _accuracy_cell(b: dict) -> str:
+    return f"{_pct(b['accuracy'])} [{_pct(b['low'])}, {_pct(b['high'])}] ({b['correct']}/{b['answered']})"
 
 
-def _text(summary: dict) -> list[str]:
-    s = SETTINGS
+def tables(summary: dict, s: dict) -> list[Table]:
+    """The part's tables, in order: per scenario regret by policy, the rule policies on the model's episodes, regret
+    in parts and per user profile; then BAG's routing test, belief temperature, accuracy and faithfulness."""
+    out: list[Table] = []
+    for sc in s["scenarios"]:
+        row = summary[sc]
+        out.append(Table(
+            f"{sc}: regret and its parts by policy, all five user profiles pooled (rule policies on "
+            f"{s['rule_episodes']} episodes x 5 profiles, SmolLM2 `model` on {s['model_episodes']}, BAG/BAG+ on "
+            f"{s['bag_episodes']}; regret = V(reference) - V(policy) on the same episode and profile, "
+            f"V = 1[resolved] - {s['cost']} x turns; intervals with the episode as the cluster, so the effective n "
+            "is the number of episodes: cluster bootstrap for regret (too narrow under about 10 episodes), Wilson "
+            "at the clustered effective n for resolution)",
+            REGRET_COLUMNS, [_row(p, row[p], row[p]["clustered"]) for p in POLICIES],
+        ))  # fmt: skip
+        matched_rows = []
+        for p in POLICIES:
+            g = row[p].get("matched") or row[p]
+            c = g["clustered"]
+            matched_rows.append([p, f"{c['n_episodes']} x {c['n'] // max(c['n_episodes'], 1)}",
+                                 _interval(c["regret"]), _pct(g["resolution_rate"]), _f(g["turns_mean"], 2)])  # fmt: skip
+        out.append(Table(
+            f"{sc}: the rule policies on the model policy's {s['model_episodes']} episodes (the first of the same "
+            f"seeded draw) beside the model policies (BAG/BAG+ on the first {s['bag_episodes']} of them; regret "
+            "interval by cluster bootstrap over episodes)",
+            ["policy", "episodes x profiles", "regret [95% CI]", "resolution %", "turns"], matched_rows,
+        ))  # fmt: skip
+        parts = {p: row[p]["regret_parts"] for p in POLICIES}
+        out.append(Table(
+            f"{sc}: each policy's regret in parts (`fic.metrics.regret_parts`; mean over its episodes x profiles, "
+            "summing to its regret): the reference resolved and the policy did not because its answer named no "
+            "candidate, named a wrong one after fewer questions than the reference (under-clarifying) or after as "
+            "many (wrong after asking), or it abstained / ran out of turns; the turn cost of asking more than the "
+            "reference (over-clarifying) or less (saved, negative); resolved where the reference did not (negative)",
+            ["policy", "regret", *[name.replace("_", " ") for name in REGRET_PARTS]],
+            [[p, _f(sum(parts[p].values())), *[_f(parts[p][k]) for k in REGRET_PARTS]] for p in POLICIES],
+        ))  # fmt: skip
+        profile_rows = []
+        for p in POLICIES:
+            for pr in PROFILES:
+                g = row[p]["per_profile"].get(pr)
+                if g is None:
+                    continue
+                ineff, stop = g["ineffective_clarification"], g["stopping_errors"]
+                profile_rows.append([
+                    p, pr, g["episodes"], _f(g["regret"]), _pct(g["resolution"]["rate"]), _f(g["turns_mean"], 2),
+                    f"{_pct(ineff['rate'])} ({ineff['questions']} q)", _pct(stop["answer_early_rate"]),
+                    _pct(stop["ask_late_rate"]),
+                ])  # fmt: skip
+        out.append(Table(
+            f"{sc}: per user profile (regret, intent resolution, interaction cost in turns, ineffective "
+            "clarification, stopping errors)",
+            ["policy", "profile", "episodes", "regret", "resolution %", "turns", "ineffective %", "answered early %",
+             "asked late %"], profile_rows,
+        ))  # fmt: skip
+
+    choice, bags = summary["belief_temperature"], summary["bag_vs_prompt_only"]
+    out.append(_routing_table(summary["routing_test"], s["bag_items"]))
+    out.append(_temperature_table(choice, s["k"]))
+    bag_rows = []
+    for v in s["bag_variants"]:
+        b = bags[v]
+        bag_rows.append([
+            v, b["n"], _accuracy_cell(b), _pct(b["accuracy_all_items"] if b["n"] else None),
+            _pct(b["accuracy_any_intent"]), b["abstained"],
+            *[_pct(b["routing"].get(r, {}).get("share", 0.0)) for r in ("answer", "clarify", "abstain")],
+            _f(b["semantic_entropy_mean"], 2), _f(b["auroc_entropy_not_direct"], 2),
+        ])  # fmt: skip
+    out.append(Table(
+        f"BAG against the prompt-only baseline on AmbigQA ({s['bag_items']} seeded items of dev_light, ambiguous and "
+        f"not; hidden intent drawn per item; K={s['k']} samples at T={choice['chosen']}, chosen on dev items; a "
+        f"clarification is answered by the `{s['bag_profile']}` rule user; accuracy against the hidden intent's "
+        "answers, abstentions excluded)",
+        ["variant", "items", "accuracy % [95% CI] (correct/answered)", "accuracy % of all items",
+         "accuracy % against any intent", "abstained", "routed: answer %", "clarify %", "abstain %",
+         "semantic entropy (mean)", "AUROC entropy -> not direct"], bag_rows,
+    ))  # fmt: skip
+    out.append(Table(
+        f"Strategy faithfulness: BAG's route beside the semantic entropy of its K={s['k']} samples (grouped by "
+        "normalised answer before the entropy: first sentence, SQuAD-normalised, lead-ins, the user's words and stop "
+        "words removed, equal or contained as whole words; in `fic regret` a sample naming a candidate clusters by "
+        "that candidate). `bag_items/*`: `fic bag` on AmbigQA, one row per item (prompt_only decides without "
+        "seeing the samples); `regret_first_turn/*`: BAG's first decision, once per episode. AUROC of entropy for "
+        "not answering directly, 95% bootstrap interval over items; 0.5 means the route ignores the belief",
+        ["run", "route", "n", "share %", "entropy mean (nats)", "AUROC entropy -> not direct [95% CI]"],
+        [row for name, f in summary["faithfulness"].items() for row in _faith_rows(name, f)],
+    ))  # fmt: skip
+    return out
+
+
+def text(summary: dict, s: dict) -> list[str]:
+    """The part's paragraphs after its tables."""
     lines = []
     for sc in s["scenarios"]:
         row = summary[sc]
@@ -141,7 +234,7 @@ def _text(summary: dict) -> list[str]:
         "clarification instead.",
         _temperature_text(summary["belief_temperature"], s["k"]),
         *_faith_text(summary["faithfulness"], s["k"]),
-        *_profile_text(summary),
+        *_profile_text(summary, s["scenarios"]),
         "What this does not show: a 135M model on a handful of episodes (the model rows are "
         f"{s['model_episodes']} or {s['bag_episodes']} episodes x 5 profiles, and an episode's first turn is the "
         "same under every profile, so the profiles differ only after a question; the intervals count episodes) says "
@@ -190,10 +283,10 @@ def _faith_text(faith: dict, k: int) -> list[str]:
     return lines
 
 
-def _profile_text(summary: dict) -> list[str]:
+def _profile_text(summary: dict, scenarios: list[str]) -> list[str]:
     """Which user profiles gave the rule policies identical numbers, and why (the tracker reads the same value)."""
     lines = []
-    for sc in SETTINGS["scenarios"]:
+    for sc in scenarios:
         per = {p: summary[sc][p]["per_profile"] for p in RULE_POLICIES}
         same = [pr for pr in PROFILES if all(
             pr in per[p] and {m: per[p][pr][m] for m in ("regret", "resolution_rate", "turns_mean")}

@@ -188,16 +188,30 @@ def test_bag_metrics_hand_computed():
 
 def test_summarize_bag():
     recs = [
-        {"correct": True, "route": "answer", "semantic_entropy": 0.0, "ambiguous": False},
-        {"correct": None, "route": "abstain", "semantic_entropy": 1.0, "ambiguous": True},
-        {"correct": False, "route": "clarify", "semantic_entropy": 0.6, "ambiguous": True},
-        {"correct": False, "route": "answer", "semantic_entropy": 0.4, "ambiguous": True},
-    ]
-    s = bag.summarize_bag(recs, {"variant": "bag"})
+        {"id": "a", "correct": True, "correct_any": True, "route": "answer", "semantic_entropy": 0.0, "ambiguous": False},
+        {"id": "b", "correct": None, "correct_any": None, "route": "abstain", "semantic_entropy": 1.0, "ambiguous": True},
+        {"id": "c", "correct": False, "correct_any": True, "route": "clarify", "semantic_entropy": 0.6, "ambiguous": True},
+        {"id": "d", "correct": False, "correct_any": False, "route": "answer", "semantic_entropy": 0.4, "ambiguous": True},
+    ]  # fmt: skip
+    s = bag.summarize_bag(recs, {"variant": "bag"}, k=5)
     assert s["accuracy"] == pytest.approx(1 / 3) and s["abstained"] == 1
+    assert s["accuracy_all_items"] == 0.25 and s["accuracy_any_intent"] == pytest.approx(2 / 3)
     assert s["routing"]["answer"]["share"] == 0.5
-    assert s["faithfulness"]["semantic_entropy_by_route"] == {"answer": 0.2, "abstain": 1.0, "clarify": 0.6}
-    assert s["faithfulness"]["auroc_entropy_not_direct"] == 1.0  # every non-answer is more uncertain
+    faith = s["faithfulness"]
+    assert {r: g["entropy_mean"] for r, g in faith["by_route"].items()} == {"answer": 0.2, "clarify": 0.6,
+                                                                             "abstain": 1.0}  # fmt: skip
+    assert faith["entropy_mean"] == 0.5 and faith["below_log_k"] == 1.0 and (faith["n"], faith["k"]) == (4, 5)
+    assert faith["auroc_entropy_not_direct"] == 1.0  # every non-answer is more uncertain
+    assert faith["auroc_not_direct"]["auroc"] is None  # 4 items: no interval under 10 (fic.estimates.MIN_CLUSTERS)
+    assert s["belief"] == {"ambiguous": 3, "auroc_ambiguous": 1.0}
+    # the accuracy interval: one answer per item, so the item-clustered interval is the Wilson interval of 1 in 3,
+    # checked against scipy's
+    from scipy.stats import binomtest
+
+    ci = binomtest(1, 3).proportion_ci(method="wilson")
+    acc = s["accuracy_interval"]
+    assert (acc["rate"], acc["n"], acc["n_items"]) == (pytest.approx(1 / 3), 3, 3)
+    assert (acc["low"], acc["high"]) == (pytest.approx(ci.low, abs=1e-4), pytest.approx(ci.high, abs=1e-4))
 
 
 def test_fic_bag_tiny_model_end_to_end_and_resume(shared_data, tmp_path):

@@ -62,6 +62,19 @@ def test_products_regret_of_reference_and_baselines(shared_data, tmp_path):
         assert rec["regret"] == pytest.approx(rec["reference"]["value"] - rec["value"])
 
 
+def test_first_summarises_the_episodes_of_a_smaller_run(shared_data, tmp_path, capsys):
+    # a rule policy on 4 episodes, summarised also on its first 2: the numbers of a --limit 2 run
+    _, out = run(tmp_path, "four", "--first", "2", policy="always_answer", episodes=4)
+    _, small = run(tmp_path, "two", policy="always_answer", episodes=2)
+    first, two = summary(out)["first"], summary(small)
+    assert first == {k: two[k] for k in first} and first["n_episodes"] == 2 and first["episodes"] == 2 * len(PROFILES)
+    for s in (summary(out), first):  # the intervals count episodes; under 10 the regret's is not estimable
+        assert s["resolution"]["n_items"] == s["n_episodes"] and s["regret_interval"]["mean"] is None
+        assert sum(s["regret_parts"].values()) == pytest.approx(s["regret"])
+    rc, _ = run(tmp_path, "bad", "--first", "5", policy="always_answer", episodes=4)
+    assert rc == 2 and "--first=5" in capsys.readouterr().err
+
+
 def test_same_seed_same_numbers_other_seed_other_episodes(shared_data, tmp_path):
     _, a = run(tmp_path, "a", policy="always_ask", episodes=3)
     _, b = run(tmp_path, "b", policy="always_ask", episodes=3)

@@ -109,3 +109,54 @@ def test_regret_parts_name_each_loss_and_sum_to_the_regret():
     total = regret([e["reference"]["value"] for e in episodes], [e["value"] for e in episodes])
     assert sum(parts.values()) == pytest.approx(total)
     assert regret_parts([]) == dict.fromkeys(REGRET_PARTS, 0.0)
+
+
+def _record(episode: int, profile: str, resolved: bool, turns: int = 1, entropy: float | None = None) -> dict:
+    """A `fic regret` record; the reference resolves in one turn (value 0.9)."""
+    info = {} if entropy is None else {"semantic_entropy": entropy}
+    value = float(resolved) - 0.1 * turns
+    return {
+        "episode_id": f"ep{episode}", "profile": profile, "resolved": resolved, "turns": turns, "value": value,
+        "regret": 0.9 - value, "user_tokens": 3, "stopping": {"answer_early": False, "ask_late": 0},
+        "questions": [{"before": 2, "after": 1, "repeat": False, "info": info}] * turns,
+        "decisions": [{"act": "ask"}] * turns + [{"act": "answer"}], "final": {"act": "answer", "intent": 0, "info": info},
+        "reference": {"value": 0.9, "resolved": True, "turns": 1, "user_tokens": 3},
+    }  # fmt: skip
+
+
+def test_regret_summary_intervals_count_episodes_not_profiles():
+    from scipy.stats import binomtest
+
+    from fic.eval.clarify.regret import summarize
+
+    profiles = ("cooperative", "terse", "vague")
+    # 12 episodes, every profile of an episode alike: resolved on episodes 0..4
+    records = [_record(e, p, e < 5) for e in range(12) for p in profiles]
+    s = summarize(records, {"policy": "x"}, first=4)
+    res = s["resolution"]
+    assert (s["n_episodes"], s["episodes"], res["n_items"]) == (12, 36, 12)
+    assert res["design_effect"] == pytest.approx(3)  # the profiles of an episode add nothing
+    ci = binomtest(5, 12).proportion_ci(method="wilson")  # the Wilson interval of the 12 episodes (z = 1.96 here)
+    assert (res["low"], res["high"]) == (pytest.approx(ci.low, abs=1e-4), pytest.approx(ci.high, abs=1e-4))
+    interval = s["regret_interval"]
+    assert interval["mean"] == pytest.approx(s["regret"]) and interval["low"] < s["regret"] < interval["high"]
+    assert interval["n_items"] == 12 and interval["n"] == 36
+    assert sum(s["regret_parts"].values()) == pytest.approx(s["regret"])
+    # the first 4 episodes: all resolved; fewer than 10 episodes, so the regret interval is not estimable
+    first = s["first"]
+    assert (first["n_episodes"], first["episodes"], first["resolution"]["rate"]) == (4, 12, 1.0)
+    assert first["regret_interval"]["mean"] is None
+    assert first["regret_interval"]["note"] == "not estimable: 4 clusters (< 10)"
+    assert s["per_profile"]["terse"]["n_episodes"] == 12 and "faithfulness" not in s
+
+
+def test_regret_summary_of_bag_has_its_first_turn_faithfulness():
+    from fic.eval.clarify.regret import summarize
+    from fic.eval.clarify.stats import first_turns
+
+    # BAG asks on odd episodes (entropy 1.5) and answers at once on even ones (entropy 0.2); once per episode
+    records = [_record(e, p, True, e % 2, [0.2, 1.5][e % 2]) for e in range(10) for p in ("cooperative", "vague")]
+    assert [t["route"] for t in first_turns(records)] == ["answer", "clarify"] * 5
+    faith = summarize(records, {"policy": "bag"}, k=5)["faithfulness"]
+    assert (faith["n"], faith["k"], faith["by_route"]["clarify"]["n"]) == (10, 5, 5)
+    assert faith["auroc_not_direct"]["auroc"] == 1.0 and faith["below_log_k"] == 1.0

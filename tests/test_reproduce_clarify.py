@@ -78,11 +78,13 @@ def _flag(args: list, name: str, default=None):
     return args[args.index(name) + 1] if name in args else default
 
 
-def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True, in_run=True):
+def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True, in_run=True, edit=None):
     """The part on made-up runs; returns (part, section, the fic commands in the order they ran). `in_run`: the belief
-    temperature is chosen inside the run (SCALE=gpu), else read from reproduce/dev_choices.json (SCALE=cpu)."""
+    temperature is chosen inside the run (SCALE=gpu), else read from reproduce/dev_choices.json (SCALE=cpu). The
+    fake commands write the summaries `fic regret` / `fic bag` write, passed through `edit(summary, command, name)`
+    when given (to tamper with them)."""
+    edit = edit or (lambda summary, command, name: summary)
     sys.modules.pop("clarify", None)
-    sys.modules.pop("clarify_report", None)  # its `from clarify import` binds the new module
     import clarify as part
 
     monkeypatch.setattr(repro, "chooses_in_run", lambda: in_run)
@@ -100,14 +102,17 @@ def run_part(tmp_path, monkeypatch, dev_entropy=DEV_ENTROPY, honour_skip=True, i
             policy = out.name.split("-", 1)[1]
             records = _regret_records(policy, int(args[args.index("--limit") + 1]))
             (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-            (out / "summary.json").write_text(json.dumps(summarize(records, {"policy": policy})))
+            first, k = _flag(args, "--first"), _flag(args, "--k") if _flag(args, "--policy") == "bag" else None
+            summary = summarize(records, {"policy": policy}, first=first and int(first), k=k and int(k))
+            (out / "summary.json").write_text(json.dumps(edit(summary, "regret", policy)))
         else:
             variant, skip = _flag(args, "--variant"), int(_flag(args, "--skip", 0)) if honour_skip else 0
             dev = "--skip" in args
             temperature = float(_flag(args, "--belief-temperature", 1.0))
             items = _bag_items(variant, int(_flag(args, "--limit")), skip, dev_entropy[temperature] if dev else None)
             (out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
-            (out / "summary.json").write_text(json.dumps(summarize_bag(items, {"variant": variant})))
+            summary = summarize_bag(items, {"variant": variant}, int(_flag(args, "--k")))
+            (out / "summary.json").write_text(json.dumps(edit(summary, "bag", variant)))
 
     monkeypatch.setattr(repro, "fic", fake_fic)
     return part, part.run(tmp_path), calls
@@ -189,8 +194,7 @@ def test_belief_temperature_chosen_on_dev_items_only(clarify_run):
     assert max(calls.index(c) for c in dev) < min(i for i, c in enumerate(calls) if c not in dev)
     assert {int(_flag(c, "--limit")) for c in reported} == {s["bag_items"]}
     choice = section.summary["belief_temperature"]
-    reported_ids = {r["id"] for v in s["bag_variants"] for r in part._items(Path(
-        _flag(next(c for c in reported if _flag(c, "--variant") == v), "--out")))}  # fmt: skip
+    reported_ids = set().union(*(part.item_ids(Path(_flag(c, "--out"))) for c in reported))
     assert reported_ids == {str(i) for i in range(s["bag_items"])}
     n = s["bag_items"]
     assert set(choice["dev_ids"]) == {str(i) for i in range(n, n + 10)} and not set(choice["dev_ids"]) & reported_ids
@@ -271,3 +275,99 @@ def test_routing_of_bag_and_prompt_only_is_tested(clarify_part):
     assert "a difference within chance here" in " ".join(section.text)
     parts = section.summary["products"]["model"]["regret_parts"]
     assert sum(parts.values()) == pytest.approx(section.summary["products"]["model"]["regret"])
+
+
+def test_the_report_shows_the_commands_numbers(clarify_part):
+    # the same numbers as the statistics of the made-up episodes and items, computed here from them directly
+    from fic.estimates import cluster_mean, cluster_rate
+
+    part, section = clarify_part
+    s = part.SETTINGS
+    records = _regret_records("always_answer", s["rule_episodes"])
+    ids = [r["episode_id"] for r in records]
+    regret = cluster_mean([r["regret"] for r in records], ids)
+    resolution = cluster_rate([r["resolved"] for r in records], ids)
+    row = section.tables[0].rows[POLICY_ROW["always_answer"]]
+    assert row[2] == f"{regret['mean']:.3f} [{regret['low']:.3f}, {regret['high']:.3f}]"
+    assert row[4] == f"{100 * resolution['rate']:.1f} [{100 * resolution['low']:.1f}, {100 * resolution['high']:.1f}]"
+    items = [r for r in _bag_items("bag", s["bag_items"]) if r["correct"] is not None]
+    accuracy = cluster_rate([r["correct"] for r in items], [r["id"] for r in items])
+    bag_row = next(t for t in section.tables if t.caption.startswith("BAG against")).rows[1]
+    assert bag_row[0] == "bag" and bag_row[2] == (
+        f"{100 * accuracy['rate']:.1f} [{100 * accuracy['low']:.1f}, {100 * accuracy['high']:.1f}] (15/30)"
+    )
+
+
+POLICY_ROW = {"reference": 0, "always_answer": 1, "always_ask": 2, "model": 3, "bag": 4, "bag_plus": 5}
+
+
+def _tamper(summary: dict, command: str, name: str) -> dict:
+    """Marked numbers in the summaries the commands write: the part must show these, not recompute its own."""
+    if command == "regret" and name == "always_answer":
+        summary["regret_interval"] = {**summary["regret_interval"], "mean": 0.111, "low": 0.011, "high": 0.211}
+        summary["resolution"] = {**summary["resolution"], "rate": 0.123, "low": 0.045, "high": 0.678}
+        summary["first"]["regret_interval"] = {**summary["first"]["regret_interval"], "mean": 0.222, "low": 0.1,
+                                               "high": 0.3}  # fmt: skip
+        summary["regret_parts"] = {**summary["regret_parts"], "turns_saved": -0.777}
+    if command == "regret" and name == "bag":
+        summary["faithfulness"]["auroc_not_direct"] = {"auroc": 0.666, "low": 0.5, "high": 0.9, "note": ""}
+    if command == "bag" and name == "bag":
+        summary["accuracy_interval"] = {**summary["accuracy_interval"], "low": 0.3333, "high": 0.4444}
+    return summary
+
+
+def test_the_part_reads_the_summaries_and_recomputes_nothing(tmp_path, monkeypatch):
+    part, section, _ = run_part(tmp_path, monkeypatch, edit=_tamper)
+    row = section.tables[0].rows[POLICY_ROW["always_answer"]]
+    assert row[2] == "0.111 [0.011, 0.211]" and row[4] == "12.3 [4.5, 67.8]"
+    matched = section.tables[1].rows[POLICY_ROW["always_answer"]]
+    assert matched[2] == "0.222 [0.100, 0.300]"
+    parts = section.tables[2]
+    assert parts.rows[POLICY_ROW["always_answer"]][parts.columns.index("turns saved")] == "-0.777"
+    bag_row = next(t for t in section.tables if t.caption.startswith("BAG against")).rows[1]
+    assert bag_row[2].startswith("50.0 [33.3, 44.4]")
+    faith = next(t for t in section.tables if t.caption.startswith("Strategy faithfulness"))
+    assert ["regret_first_turn/products", "all"] == faith.rows[-5][:2] and faith.rows[-5][-1] == "0.67 [0.50, 0.90]"
+    assert section.summary["faithfulness"]["regret_first_turn/ambigqa"]["auroc_not_direct"]["auroc"] == 0.666
+
+
+def test_a_summary_without_the_statistics_says_which_file_and_what_to_rerun(tmp_path, monkeypatch):
+    def old(summary, command, name):
+        if command == "regret" and name == "always_ask":
+            del summary["regret_interval"]
+        return summary
+
+    with pytest.raises(repro.StepError) as err:
+        run_part(tmp_path, monkeypatch, edit=old)
+    message = str(err.value)
+    assert "\n" not in message and "regret/products-always_ask/summary.json has no regret_interval" in message
+    assert "rerun `fic regret`" in message and "--redo clarify" in message
+
+
+def test_reproduce_holds_no_statistics_and_no_import_circle():
+    import ast
+
+    def imports(name: str) -> set[str]:
+        """The modules and names `reproduce/NAME.py` imports."""
+        out = set()
+        for node in ast.walk(ast.parse((ROOT / "reproduce" / f"{name}.py").read_text())):
+            if isinstance(node, ast.Import):
+                out |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                out |= {node.module, *(alias.name for alias in node.names)}
+        return out
+
+    statistics = {"fic.estimates", "fic.bootstrap", "wilson_interval", "wilson_bounds", "rate_with_interval",
+                  "cluster_mean", "cluster_rate", "bootstrap_auroc", "regret_parts", "auroc", "fic.eval.clarify.stats"}  # fmt: skip
+    for name in ("clarify", "clarify_report"):
+        assert not imports(name) & statistics, name  # the commands' summaries carry every statistic
+    assert "clarify" not in imports("clarify_report")  # one direction: clarify imports clarify_report
+    assert "clarify_report" in imports("clarify")
+
+
+def test_settings_are_data():
+    sys.modules.pop("clarify", None)
+    import clarify as part
+
+    stored = json.loads((ROOT / "reproduce" / "settings" / "clarify.json").read_text())
+    assert part.SETTINGS == {"model": repro.MODEL, **stored}

@@ -20,8 +20,10 @@
 (so a `--skip N` run reads items disjoint from a `--limit N` run at the same seed; an item's seed is its position in
 the draw either way): every item gets a hidden intent (one of its disambiguations, or the question itself
 when unambiguous), correctness is against that intent's answers, abstentions are excluded from accuracy and counted.
-Metrics: accuracy, routing profile (share of answer / clarify / abstain with accuracy and share of ambiguous items
-within each), faithfulness (semantic entropy per route, and the AUROC of entropy for not answering directly).
+Metrics (`summarize_bag`): accuracy with its interval (the item as the cluster), routing profile (share of answer /
+clarify / abstain with accuracy and share of ambiguous items within each), faithfulness (semantic entropy per route,
+and the AUROC of entropy for not answering directly with a bootstrap interval over items), and the AUROC of the
+belief's entropy for the item being ambiguous.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from fic.errors import FicError
 from fic.eval.clarify.ambigqa import AmbigQAScenario, load_ambigqa
 from fic.eval.clarify.model import load_chat_model
 from fic.eval.clarify.scenarios import Episode, Intent, resolve_data_path
+from fic.eval.clarify.stats import accuracy_interval, faithfulness
 from fic.eval.clarify.text import cluster_answers, matches_any_answer
 from fic.eval.clarify.user import SimulatedUser, check_profile
 from fic.jsonl import append_rows, check_settings, load_keyed, write_json, writer_lock
@@ -318,23 +321,32 @@ def run_item(
     }
 
 
-def summarize_bag(records: list[dict], header: dict) -> dict:
+def summarize_bag(records: list[dict], header: dict, k: int) -> dict:
+    """summary.json of a `fic bag` run over its item records (one per item, K = `k` belief samples): accuracy with
+    abstentions excluded and its interval with the item as the cluster (`accuracy_interval`), accuracy of all items
+    and against any intent's answers, the routing profile, the faithfulness of routes to beliefs
+    (`fic.eval.clarify.stats.faithfulness`, plus the plain AUROC `auroc_entropy_not_direct`), and how the belief
+    separates ambiguous items (`ambiguous`, `auroc_ambiguous`: AUROC of the entropy for the item being ambiguous)."""
     outcomes = [r["correct"] for r in records]
     routes = [r["route"] for r in records]
-    entropies = [r["semantic_entropy"] for r in records]
-    by_route = {}
-    for route in dict.fromkeys(routes):
-        values = [e for e, r in zip(entropies, routes) if r == route]
-        by_route[route] = sum(values) / len(values)
+    entropies = [float(r["semantic_entropy"]) for r in records]
+    ambiguous = [bool(r["ambiguous"]) for r in records]
+    counts = accuracy_with_abstentions(outcomes)
+    n = len(records)
     return {
         **header,
-        **accuracy_with_abstentions(outcomes),
-        "routing": routing_profile(routes, outcomes, [r["ambiguous"] for r in records]),
+        **counts,
+        "accuracy_interval": accuracy_interval(records),
+        "accuracy_all_items": counts["correct"] / n if n else 0.0,
+        "accuracy_any_intent": sum(1 for r in records if r["correct_any"]) / counts["answered"]
+        if counts["answered"]
+        else 0.0,
+        "routing": routing_profile(routes, outcomes, ambiguous),
         "faithfulness": {
-            "semantic_entropy_by_route": by_route,
+            **faithfulness(records, k),
             "auroc_entropy_not_direct": auroc(entropies, [r != "answer" for r in routes]),
-            "semantic_entropy_mean": sum(entropies) / len(entropies) if entropies else 0.0,
         },
+        "belief": {"ambiguous": sum(ambiguous), "auroc_ambiguous": auroc(entropies, ambiguous)},
     }
 
 
@@ -413,7 +425,7 @@ def run(args) -> int:
         "variant": args.variant, "k": args.k, "belief_temperature": args.belief_temperature, "skip": args.skip,
         "seed": args.seed, "model": args.model, "data": str(data_path),
     }  # fmt: skip
-    summary = summarize_bag(records, header)
+    summary = summarize_bag(records, header, args.k)
     write_json(out / "summary.json", summary)
     logger.info(
         "bag/%s: accuracy %.3f over %d answered, %d abstained; routes %s -> %s",

@@ -8,7 +8,11 @@ The reference plans with the profile's reply model (how such users answer, never
 model it never does worse in expectation than answering at once; on few episodes a baseline can still beat it.
 
 Output: OUT/episodes.jsonl (one line per episode x profile, resumable after a crash), OUT/settings.json (the settings;
-a rerun must match them), OUT/summary.json (metrics overall and per profile; `regret` at the top level).
+a rerun must match them), OUT/summary.json (metrics overall and per profile; `regret` at the top level). An episode's
+profiles share its request, so the intervals count episodes, not episodes x profiles (`fic.eval.clarify.stats`):
+`regret_interval` (cluster bootstrap, not estimable under 10 episodes) and `resolution` (clustered Wilson), beside
+`regret_parts` (`fic.metrics.regret_parts`). `--first N` adds the same metrics on the first N episodes of the draw
+(those a `--limit N` run plays) under `first`; `--policy bag` adds BAG's first-turn `faithfulness`.
 
     fic regret --scenario products --policy always_answer --limit 50 --seed 0 --out runs/regret
 """
@@ -30,18 +34,13 @@ from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.model import load_chat_model
 from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
 from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
+from fic.eval.clarify.stats import episode_intervals, faithfulness, first_turns
 from fic.eval.clarify.tracker import LLMTracker, RuleTracker
 from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
 from fic.eval.report import report_dir
 from fic.eval_config import EvalConfig, RegretConfig
 from fic.jsonl import append_rows, check_settings, load_keyed, write_json, writer_lock
-from fic.metrics import (
-    ineffective_clarification_rate,
-    rate_with_interval,
-    regret,
-    regret_parts,
-    stopping_error_rates,
-)
+from fic.metrics import ineffective_clarification_rate, regret, regret_parts, stopping_error_rates
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="all", help=f"user profile: {', '.join(PROFILES)} or all")
     cli_args.add_limit_argument(parser, RegretConfig().limit, help="episodes (each played under every "
                                 "profile)")  # fmt: skip
+    parser.add_argument(
+        "--first",
+        type=int,
+        default=None,
+        help="also summarise the first FIRST episodes of the draw (those a --limit FIRST run plays), under `first` "
+        "in summary.json: a cheap policy scored on the episodes of a smaller model-policy run",
+    )
     cli_args.add_seed_argument(parser, required=True)
     cli_args.add_out_argument(parser)
     parser.add_argument("--cost", type=float, default=0.1, help="per-turn cost c in V = 1[resolved] - c x turns")
@@ -115,6 +121,8 @@ def _config(args) -> dict:
 def _check_args(args) -> list[str]:
     if args.limit < 1:
         raise ValueError(f"--limit={args.limit}; pass a positive number of episodes.")
+    if args.first is not None and not 1 <= args.first <= args.limit:
+        raise ValueError(f"--first={args.first}; pass a number of episodes from 1 to --limit ({args.limit}).")
     if args.cost < 0:
         raise ValueError(f"--cost={args.cost} is negative; pass a per-turn cost >= 0.")
     if args.max_turns < 1:
@@ -138,7 +146,8 @@ def _mean(xs) -> float:
 
 
 def summarize_group(records: list[dict]) -> dict:
-    """The regret metrics over `records` (episode records carrying their reference's value)."""
+    """The regret metrics over `records` (episode records carrying their reference's value), with intervals
+    clustered by episode (`fic.eval.clarify.stats.episode_intervals`)."""
     questions = [q for r in records for q in r["questions"]]
     return {
         "episodes": len(records),
@@ -146,7 +155,7 @@ def summarize_group(records: list[dict]) -> dict:
         "regret_parts": regret_parts(records),
         "value": _mean(r["value"] for r in records),
         "reference_value": _mean(r["reference"]["value"] for r in records),
-        "resolution": rate_with_interval([r["resolved"] for r in records]),
+        **episode_intervals(records),
         "reference_resolution_rate": _mean(float(r["reference"]["resolved"]) for r in records),
         "turns_mean": _mean(r["turns"] for r in records),
         "reference_turns_mean": _mean(r["reference"]["turns"] for r in records),
@@ -158,11 +167,20 @@ def summarize_group(records: list[dict]) -> dict:
     }
 
 
-def summarize(records: list[dict], header: dict) -> dict:
+def summarize(records: list[dict], header: dict, first: int | None = None, k: int | None = None) -> dict:
+    """summary.json of a run: `summarize_group` overall (with `resolution_rate`) and `per_profile`; with `first`,
+    the same on the first `first` episodes (in the order of `records`) under `first`; with `k` (a BAG run), the
+    faithfulness of its first decisions (`fic.eval.clarify.stats.faithfulness`) under `faithfulness`."""
     overall = summarize_group(records)
     profiles = list(dict.fromkeys(r["profile"] for r in records))
     per_profile = {p: summarize_group([r for r in records if r["profile"] == p]) for p in profiles}
-    return {**header, **overall, "resolution_rate": overall["resolution"]["rate"], "per_profile": per_profile}
+    summary = {**header, **overall, "resolution_rate": overall["resolution"]["rate"], "per_profile": per_profile}
+    if first is not None:
+        ids = set(list(dict.fromkeys(r["episode_id"] for r in records))[:first])
+        summary["first"] = summarize_group([r for r in records if r["episode_id"] in ids])
+    if k is not None:
+        summary["faithfulness"] = faithfulness(first_turns(records), k)
+    return summary
 
 
 class _Factory:
@@ -323,7 +341,7 @@ def run_regret(args) -> dict:
         "model": args.model,
         "belief_temperature": args.belief_temperature,
     }
-    summary = summarize(records, header)
+    summary = summarize(records, header, first=args.first, k=args.k if args.policy == "bag" else None)
     write_json(out / "summary.json", summary)
     logger.info(
         "%s/%s: regret %.4f  value %.4f (reference %.4f)  resolution %.3f  turns %.2f  -> %s",

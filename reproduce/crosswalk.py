@@ -12,13 +12,12 @@ whose table numbers are not recorded in this repository name the result instead 
 from __future__ import annotations
 
 import repro
-from vasd import SETTINGS as _VASD
 
 _PROBE = repro.load_settings("probe")
+_VASD = repro.load_settings("vasd")
 
 MODEL = "SmolLM2-135M-Instruct on 2 CPU cores"
 _VASD_STEPS = dict(o.split("=", 1) for o in _VASD["vasd"]["overrides"]).get("max_steps")
-_VASD_MIXES = " or ".join(map(str, _VASD["vasd"]["mixes"]))
 _PROBE_TEMPERATURES = ", ".join(f"{t:g}" for t in _PROBE["temperatures"]) + (
     " (0.3 dropped for time; SCALE=gpu adds it)" if 0.3 not in _PROBE["temperatures"] else ""
 )
@@ -129,9 +128,11 @@ CROSSWALK = (
         "fic_table": "P per view, greedy",
         "differs": f"{MODEL} after a short single-turn SFT (run unless the base model qualifies on dev; it failed "
         "every candidate when last measured), instead of multi-billion-parameter backbones; synthetic arithmetic "
-        f"instead of the paper's tasks; the task and `single_turn_mix` ({_VASD_MIXES}) chosen by a stated rule on a "
-        f"dev split, results on {_VASD['eval']['test_n']} test tasks never used for a choice; "
-        f"{len(_VASD['vasd']['seeds'])} seeds; {_VASD_STEPS} steps x 8 rows; adds a same-budget self-SFT control "
+        "instead of the paper's tasks; LoRA with the adapter-off teacher, as the flagship recipe; the task and the "
+        f"training configuration (a grid of {len(_VASD['vasd']['grid'])}: learning rate, rank, replay share, KL "
+        "direction, on-policy responses, full fine-tuning) chosen by a stated rule on a dev split, results on "
+        f"{_VASD['eval']['test_n']} test tasks never used for a choice; {len(_VASD['vasd']['seeds'])} seeds; "
+        f"{_VASD_STEPS} steps x 8 rows; adds a same-budget self-SFT control "
         f"on {len(_VASD['vasd']['control_seeds'])} seed(s) (the model's own greedy single-turn answers as targets "
         "on the same sharded view); recovery reported as the share of the multi-turn gap closed, the paper's 92% "
         "read on that scale at the run's before scores; intervals resample seeds and tasks, paired by task and seed",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from repro import Section, Table, Target
-from vasd import KINDS, MIXES, SCALE, SEEDS, SETTINGS, SPLIT_SALT, VIEWS, qualifies, seeds_of, views
 from vasd_estimates import arm, difference, rate, recovery, seed_spread
+from vasd_settings import KINDS, SCALE, SETTINGS, VIEWS, qualifies, seeds_of
 
 CANDIDATE_ABOUT = {
     "arithmetic-2-updates": "fic.data.synthetic arithmetic, start value + 2 updates (4 shards)",
@@ -18,25 +18,14 @@ RECOVERY_DEFINITION = ("(P_sharded(after) - P_sharded(before)) / (P_full(before)
                        "the multi-turn gap closed (fic.metrics.recovery)")  # fmt: skip
 
 
-def _lic_metrics(result: dict) -> dict:
-    """P / A90 / U90-10 per mode from sampled outcomes (`fic.metrics.lic_scores`)."""
-    from fic.metrics import lic_scores
-
-    out = {}
-    for m in VIEWS:
-        by_task = {t: [1.0 if f else 0.0 for f in v] for t, v in result.get(m, {}).items()}
-        out[m] = {**lic_scores(by_task), "episodes": sum(len(v) for v in by_task.values())}
-    return out
-
-
-def _per_seed(test: dict, kind: str, before: dict) -> list[dict]:
+def _per_seed(test_views: dict, kind: str, before: dict) -> list[dict]:
     """Each seed's P per view and its recovery (`fic.metrics.recovery`: share of the gap closed; None without a gap
     before training)."""
     from fic.metrics import recovery as gap_closed
 
     rows = []
     for seed in seeds_of(kind):
-        r = views(test[kind, seed])
+        r = test_views[kind, seed]
         rec = gap_closed(before["p_full"], before["p_sharded"], r["p_sharded"])["recovery"]
         rows.append({"seed": seed, **{k: r[k] for k in ("p_full", "p_concat", "p_sharded")}, "recovery": rec})
     return rows
@@ -67,15 +56,15 @@ def section(m: dict) -> Section:
 
     ev, v, s = SETTINGS["eval"], SETTINGS["vasd"], SETTINGS["eval"]["sampled"]
     margin, test = v["keep_margin"], m["test"]
-    task, mix = m["choices"]["task"]["chosen"], m["choices"]["mix"]["chosen"]
+    task, config = m["choices"]["task"]["chosen"], m["choices"]["config"]["chosen"]
     before_o = test["before"]
-    b = views(before_o)
+    b = m["test_views"]["before"]
     # bootstrap arms {seed: {task: verdicts}} per view: the start model is seed-free, VASD and the control are paired
     # by seed where both have several (`fic.bootstrap`)
     bo = {view: arm({None: before_o}, view) for view in VIEWS}
     kinds = {kind: {view: arm({seed: test[kind, seed] for seed in seeds_of(kind)}, view) for view in VIEWS}
              for kind in KINDS}  # fmt: skip
-    agg = {kind: _aggregate(_per_seed(test, kind, b)) for kind in KINDS}
+    agg = {kind: _aggregate(_per_seed(m["test_views"], kind, b)) for kind in KINDS}
     va, ctl = kinds["vasd"], kinds["self_sft"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
     iv = lambda r: f"{pct(r['rate'])} [{pct(r['low'])}, {pct(r['high'])}]"  # noqa: E731
@@ -147,7 +136,7 @@ def section(m: dict) -> Section:
                f"{seeds_text(ctl_seeds)} on the same task, whose seed variance is not in those intervals")  # fmt: skip
     main = Table(
         f"P per view, greedy, {len(before_o['full'])} test-split tasks ({task}; never used for a choice): the start "
-        f"model, VASD and the self-SFT control at single_turn_mix {mix} (chosen on dev), {seeds_caption} "
+        f"model, VASD and the self-SFT control with configuration {config} (chosen on dev), {seeds_caption} "
         "(pooled rate with its 95% interval: the start model's clustered by task, VASD's and the control's from "
         "resampling seeds and tasks; per seed; sd over seeds)",
         ["view", "before", "VASD pooled", "VASD per seed", "VASD sd", "self-SFT pooled", "self-SFT per seed",
@@ -176,10 +165,10 @@ def section(m: dict) -> Section:
             ["recovery of self-SFT: share of the gap closed", _recovery_cell(control_rec), ""],
         ],
     )  # fmt: skip
-    lic = {"before": _lic_metrics(m["sampled"]["before"]), "after": _lic_metrics(m["sampled"]["after"]), "sampled": s}
+    lic = {"before": m["sampled"]["before"], "after": m["sampled"]["after"], "sampled": s}
     lic_table = Table(
         f"Lost-in-Conversation metrics, {s['n']} test tasks x {s['runs']} sampled runs (T={s['temperature']}): start "
-        f"model and VASD seed {SEEDS[0]}",
+        f"model and VASD seed {seeds_of('vasd')[0]}",
         ["model", "mode", "P", "A90", "U90-10", "episodes"],
         [[label, view.upper(), *(pct(lic[label][view][k]) for k in ("P", "A90", "U90_10")),
           lic[label][view]["episodes"]] for label in ("before", "after") for view in VIEWS],
@@ -199,17 +188,19 @@ def section(m: dict) -> Section:
         ["candidate", "model", "dev tasks", "max new tokens", "P_full", "P_concat", "P_sharded", "qualifies"],
         cand_rows,
     )  # fmt: skip
-    mb, rec = ch["mix"]["before"], ch["mix"].get("recorded")
+    cc = ch["config"]
+    mb, rec = cc["before"], cc.get("recorded")
     made_by = (f"; made by the run at {rec['commit']} on the same dev tasks, read from {rec['file']} (not rerun at "
                f"SCALE={SCALE})") if rec else ""  # fmt: skip
-    mixes = Table(
-        f"Choices on the dev split (2): single_turn_mix, VASD seed {ch['mix']['seed']} on {mb['n']} dev tasks of "
-        f"{task} (kept: P_full and P_concat within {100 * margin:.0f} points of the start model's){made_by}",
-        ["single_turn_mix", "P_full", "P_concat", "P_sharded", "kept", "chosen"],
-        [["start model", pct(mb["p_full"]), pct(mb["p_concat"]), pct(mb["p_sharded"]), "", ""]]
-        + [[mx, pct(r["p_full"]), pct(r["p_concat"]), pct(r["p_sharded"]),
-            "yes" if float(mx) in ch["mix"]["kept"] else "no", "yes" if float(mx) == mix else ""]
-           for mx, r in ch["mix"]["numbers"].items()],
+    grid = Table(
+        f"Choices on the dev split (2): the training configuration, VASD seed {cc['seed']} on {mb['n']} dev tasks of "
+        f"{task} (kept: P_full and P_concat within {100 * margin:.0f} points of the start model's; the recipe's "
+        f"values unless the overrides say otherwise){made_by}",
+        ["configuration", "overrides", "P_full", "P_concat", "P_sharded", "kept", "chosen"],
+        [["start model", "", pct(mb["p_full"]), pct(mb["p_concat"]), pct(mb["p_sharded"]), "", ""]]
+        + [[name, " ".join(cc["grid"][name]), pct(r["p_full"]), pct(r["p_concat"]), pct(r["p_sharded"]),
+            "yes" if name in cc["kept"] else "no", "yes" if name == config else ""]
+           for name, r in cc["numbers"].items()],
     )  # fmt: skip
 
     split = m["split"]
@@ -219,12 +210,13 @@ def section(m: dict) -> Section:
     vasd_mean = agg["vasd"]["mean"]
     summary = {
         "task": f"{CANDIDATE_ABOUT[task]}, chosen on dev; start model: {m['start_model']}",
-        "split": {"how": f"held-out tasks cut by a salted hash of their content ({SPLIT_SALT}) into dev and test",
+        "split": {"how": "held-out tasks cut by a salted hash of their content "
+                         f"({SETTINGS['split']['salt']}) into dev and test",
                   "dev_tasks": len(split["dev"]), "test_tasks": len(split["test"]), "overlap": len(overlap),
                   "test_tasks_read_by_choices": len(read_by_choices)},
-        "dev": {"start": ch["start"], "task": ch["task"], "mix": ch["mix"]},
+        "dev": {"start": ch["start"], "task": ch["task"], "config": cc},
         "test": {
-            "n": len(before_o["full"]), "seeds": vasd_seeds, "single_turn_mix": mix,
+            "n": len(before_o["full"]), "seeds": vasd_seeds, "config": config, "overrides": cc["overrides"],
             "before": before_rates,
             "vasd": {**agg["vasd"], "pooled": vasd_rates, "per_seed_differences": per_seed_diffs},
             "sharded_gain": _d(diffs["sharded_gain"]),
@@ -235,7 +227,7 @@ def section(m: dict) -> Section:
             "before_checks": {"gap": _d(diffs["gap_before"]), "concat_minus_full": _d(diffs["concat_vs_full_before"])},
         },
         "ablation": {
-            "control": "self-SFT: same recipe, rows, steps, batch, learning rate and mix, per seed the same "
+            "control": "self-SFT: same recipe, configuration, rows, steps and batch, per seed the same "
                        "training tasks and replay draws; mode=sequence temperature=0.0 (log-likelihood of the frozen "
                        "start model's greedy single-turn answer in the sharded view the student plays itself)",
             "seeds": ctl_seeds, "pairing": pairing,
@@ -255,42 +247,42 @@ def section(m: dict) -> Section:
     cfg = SETTINGS["sft"]
     rv = _recipe_values()
     about = {
-        "model": f"SmolLM2-135M-Instruct (smollm2); start model: {m['start_model']} (single-turn SFT "
-                 f"{cfg['steps']} steps x {cfg['batch_size']} rows, lr {cfg['learning_rate']}, bottom "
-                 f"{cfg['frozen_layers']} layers and embeddings frozen, both arithmetic candidates); VASD and the "
-                 f"self-SFT control with recipe {v['recipe']} ({rv['max_steps']} steps x "
-                 f"{rv['per_device_train_batch_size']} rows, lr {rv['learning_rate']})",
+        "model": f"SmolLM2-135M-Instruct (smollm2); start model: {m['start_model']} (recipe {cfg['recipe']}: "
+                 "collaboration SFT with the loss on the assistant turns, single-turn conversations of both "
+                 f"arithmetic candidates); VASD and the self-SFT control with recipe {v['recipe']} (LoRA r "
+                 f"{rv['lora_r']}, the teacher the same weights with the adapter off; {rv['max_steps']} steps x "
+                 f"{rv['per_device_train_batch_size']} rows) and the dev-chosen overrides {' '.join(cc['overrides'])}",
         "data": "fic.data.synthetic held-out tasks cut into dev (every choice) and test (the results) by a salted "
                 "content hash; training tasks from the train split; rule user reveals shards verbatim",
         "sizes": f"dev: {SETTINGS['candidates']['base_n']} tasks per candidate (base model), "
                  f"{SETTINGS['candidates']['dev_n']} per arithmetic candidate; test: {len(before_o['full'])} tasks "
                  f"greedy, {s['n']} x {s['runs']} sampled",
         "seeds": f"VASD {seeds_text(vasd_seeds)}, self-SFT {seeds_text(ctl_seeds)} (training tasks, replay "
-                 f"draws, teacher samples, torch); mix chosen at seed {v['mix_seed']}; SFT tasks seed {cfg['seed']}, "
-                 f"sampling seed {s['seed']}",
+                 f"draws, teacher samples, torch); the dev grid at seed {v['grid_seed']}; SFT tasks seed "
+                 f"{cfg['seed']}, sampling seed {s['seed']}",
     }  # fmt: skip
-    mix_how = (f" The `single_turn_mix` choice was made by the run at {rec['commit']} on the same dev tasks with the "
-               f"same task and start model and is read from {rec['file']} (SCALE={SCALE}, for time; SCALE=gpu makes "
-               "it inside the run); VASD seed 0 at the chosen mix is trained here like the other seeds, with the same "
-               "training call." if rec else "")  # fmt: skip
-    if ch["mix"].get("recorded_not_used"):
-        mix_how = (f" The recorded `single_turn_mix` choice was not used ({ch['mix']['recorded_not_used']}); the mix "
-                   "was chosen inside this run.")  # fmt: skip
+    config_how = (f" The configuration was chosen by the run at {rec['commit']} on the same dev tasks with the same "
+                  f"task, start model and grid and is read from {rec['file']} (SCALE={SCALE}, for time; SCALE=gpu "
+                  "runs the grid inside the run); VASD at the grid seed is trained here like the other seeds, with "
+                  "the same training call." if rec else "")  # fmt: skip
+    if cc.get("recorded_not_used"):
+        config_how = (f" The recorded configuration was not used ({cc['recorded_not_used']}); the grid ran inside "
+                      "this run.")  # fmt: skip
     control_how = ("" if same_seeds else
                    f" The control ran at {seeds_text(ctl_seeds)} only: its sd over seeds is n/a, VASD - self-SFT "
                    f"pairs VASD's {len(vasd_seeds)} seeds per task with the control's one run on that task, and the "
                    "control's seed variance is in none of the intervals.")  # fmt: skip
     text = [
         "Every choice was made by code on the dev split, from the numbers in the two dev tables: whether to run the "
-        "single-turn SFT (SmolLM2 as shipped writes long explanations), which arithmetic candidate, which "
-        f"`single_turn_mix` of {', '.join(map(str, MIXES))}.{mix_how} The test tasks ({len(split['test'])}, none "
-        f"among the {len(split['dev'])} dev tasks; test tasks read by a choice: {len(read_by_choices)}) were scored "
-        "once, after every choice. The earlier run's 0.3 -> 0.5 change, made after 0.3 missed on its test tasks, is "
-        "replaced by this dev choice.",
+        "single-turn SFT (SmolLM2 as shipped writes long explanations), which arithmetic candidate, and which "
+        f"training configuration of the {len(cc['grid'])} in the dev grid (learning rate, LoRA rank, replay share, "
+        f"KL direction, on-policy responses, full fine-tuning).{config_how} The test tasks ({len(split['test'])}, "
+        f"none among the {len(split['dev'])} dev tasks; test tasks read by a choice: {len(read_by_choices)}) were "
+        "scored once, after every choice.",
         "The single-turn SFT trains the FULL and CONCAT forms only, so a SHARDED gap before VASD is expected by "
         "construction; the self-SFT control asks whether distilling the teacher's distributions beats plain SFT on "
-        "the same sharded view with the model's own greedy single-turn answers as targets (same trainer, rows, "
-        "steps, learning rate and mix, per seed the same training tasks and replay draws; only the loss differs). "
+        "the same sharded view with the model's own greedy single-turn answers as targets (same trainer, "
+        "configuration, rows and steps, per seed the same training tasks and replay draws; only the loss differs). "
         "Recovery above 1 (P_sharded after training above the start model's P_full: the student above its teacher) "
         f"would point to format learning, which the control also gets.{control_how}",
         "Recovery is the share of the multi-turn gap that training closed, (P_sharded(after) - P_sharded(before)) / "
@@ -300,8 +292,8 @@ def section(m: dict) -> Section:
         "is checked against.",
         "Intervals: a bootstrap that resamples the seeds and, independently, the test tasks (`fic.bootstrap`), the "
         "same draw for every arm, so differences are paired by task and, between VASD and the control, by seed; the "
-        "start model is one model, the same in every seed draw. With 3 seeds the seed level is coarse (10 distinct "
-        "draws) but it puts the seeds' disagreement into every interval; the seeds' own spread is the sd column and "
+        f"start model is one model, the same in every seed draw. With {len(vasd_seeds)} seeds the seed level is "
+        "coarse but it puts the seeds' disagreement into every interval; the seeds' own spread is the sd column and "
         "the per-seed cells, whose differences from the start model are task-bootstrap intervals. An effect is "
         "claimed only where its interval excludes 0. FULL / CONCAT count as kept when the lower end of after - "
         f"before is above -{100 * margin:.0f} points (a non-inferiority margin stated before the run); at n="
@@ -309,7 +301,7 @@ def section(m: dict) -> Section:
         f"{100 * math.sqrt(max(b['p_full'] * (1 - b['p_full']), 1e-12) / max(len(before_o['full']), 1)):.1f} points.",
         "A90 and U90-10 come from the sampled runs; with one greedy run per task A90 equals P and U90-10 is 0.",
     ]
-    return Section(summary=summary, about=about, tables=[main, diff_table, lic_table, cands, mixes], text=text,
+    return Section(summary=summary, about=about, tables=[main, diff_table, lic_table, cands, grid], text=text,
                    targets=targets)  # fmt: skip
 
 

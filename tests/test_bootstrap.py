@@ -133,7 +133,7 @@ def _kappa_by_hand(pairs: list[tuple[bool, bool]]) -> float:
 def test_kappa_interval_is_np_quantile_of_the_item_resamples(draws):
     """`binary_agreement`'s kappa interval is np.quantile (linear interpolation) at 2.5% and 97.5% of the kappas of
     `draws` item resamples (numpy's Generator, `integers(0, G, (draws, G))`, items in order of first appearance),
-    widened to hold the point; reproduce/probe.py's judge validation table gives the same interval."""
+    widened to hold the point; reproduce/probe_judge.py's judge validation table gives the same interval."""
     from fic.judges.agreement import binary_agreement
 
     rng = random.Random(3)
@@ -156,7 +156,7 @@ def test_kappa_interval_is_np_quantile_of_the_item_resamples(draws):
     reproduce = str(Path(__file__).parents[1] / "reproduce")
     if reproduce not in sys.path:
         sys.path.insert(0, reproduce)
-    probe = importlib.import_module("probe")
+    probe = importlib.import_module("probe_judge")
     label = {True: "genuine_followup", False: "new_task_prompt"}
     row = probe.agreement_row([(label[h], label[j], g) for h, j, g in zip(human, judged, items)], draws, seed=5)
     kappa = out["kappa"]

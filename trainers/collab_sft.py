@@ -187,7 +187,9 @@ def training_conversations(args: CollabSFTConfig, heldout: list[list[dict]], eva
 
     rows, summary = [], {}
     if args.train_datasets:
-        real, skipped = real_conversations(load_records(args.train_datasets, args.dataset_limit, "train_datasets"))
+        # training on assistant turns, a single-turn conversation has tokens to learn from; on follow-ups only, not
+        records = load_records(args.train_datasets, args.dataset_limit, "train_datasets")
+        real, skipped = real_conversations(records, single_turn="assistant" in args.train_on)
         rows += real
         summary["real"] = {"kept": len(real), "skipped_no_followup": skipped}
     if args.followup_contexts:

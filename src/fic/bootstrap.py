@@ -5,7 +5,7 @@ Every bootstrap in fic draws its resamples with `draw_clusters` (numpy's Generat
 reads its interval off the replicates with `percentile_interval` (numpy's `np.quantile`, linear interpolation) and,
 where it tests a difference against 0, its p with `bootstrap_p`. The callers: `fic.estimates` (`paired_difference`,
 `cluster_mean`, `bootstrap_auroc`), `fic.judges.agreement.binary_agreement` (kappa, FPR and TPR over items),
-`seed_task_bootstrap` below, and reproduce/probe.py's judge validation table.
+`seed_task_bootstrap` below, and reproduce/probe_judge.py (Table 7, the label kappa).
 
 `seed_task_bootstrap`: a trained model's score varies with the test tasks drawn and with the training seed; an
 interval over tasks alone treats the seeds as fixed and is too narrow when they disagree. It resamples both: each

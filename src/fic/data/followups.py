@@ -132,9 +132,10 @@ def has_followup(messages: list[dict]) -> bool:
     return any(a["role"] == "assistant" and b["role"] == "user" for a, b in zip(messages, messages[1:]))
 
 
-def real_conversations(records: list[Record]) -> tuple[list[dict], int]:
+def real_conversations(records: list[Record], single_turn: bool = False) -> tuple[list[dict], int]:
     """Multi-turn conversations as they are (MT-Bench turns interleaved with reference answers when it has them);
-    returns `(rows, skipped)` where skipped conversations hold no user follow-up."""
+    returns `(rows, skipped)` where skipped conversations hold no user follow-up. With `single_turn`, a conversation
+    with an assistant turn and no follow-up is kept too (for training on assistant turns)."""
     rows, skipped = [], 0
     for r in records:
         messages = list(r.messages)
@@ -147,7 +148,7 @@ def real_conversations(records: list[Record]) -> tuple[list[dict], int]:
                     messages.append({"role": "assistant", "content": references[i]})
                 else:
                     break
-        if has_followup(messages):
+        if has_followup(messages) or (single_turn and any(m["role"] == "assistant" for m in messages)):
             rows.append({"id": f"{r.source}:{r.id}", "source": r.source, "origin": "real", "messages": messages})
         else:
             skipped += 1

@@ -70,7 +70,7 @@ def test_annotations_are_saved_atomically_and_resume(tmp_path):
     # a new session (a reload, a restarted server) resumes after what is saved
     again = ReviewStore(tmp_path)
     assert again.state()["next"] == 1 and again.state()["done"] == 1
-    assert again.item(0)["annotation"] == {"label": "meta_planning", "genuine": False}
+    assert again.item(0)["annotation"] == {"label": "meta_planning", "genuine": False, "context_free": False}
     again.annotate(second, "genuine_followup", True)
     human = [json.loads(line) for line in (tmp_path / "review" / "human_labels.jsonl").read_text().splitlines()]
     assert [h["label"] for h in human] == ["meta_planning", "genuine_followup"]
@@ -203,8 +203,8 @@ def test_api_roundtrip_and_refusals(live):
     assert not (directory / "review" / "annotations.json").exists()  # nothing refused was saved
     status, _, body = request(port, "POST", "/api/annotate", good, {"Origin": f"http://127.0.0.1:{port}"})
     assert status == 200 and json.loads(body)["done"] == 1
-    assert json.loads(request(port, "GET", "/api/item?i=0")[2])["annotation"] == {"label": "new_task_prompt",
-                                                                                 "genuine": False}  # fmt: skip
+    assert json.loads(request(port, "GET", "/api/item?i=0")[2])["annotation"] == {
+        "label": "new_task_prompt", "genuine": False, "context_free": False}  # fmt: skip
     early = json.loads(request(port, "GET", "/api/agreement")[2])  # 1 of 5: nothing from the judge yet
     assert early["annotated"] == 1 and "withheld" in early and "kappa" not in json.dumps(early)
     assert request(port, "DELETE", "/api/annotate")[0] == 405

@@ -4,15 +4,18 @@ follow-up judge by hand.
 DIR holds the `samples.jsonl` that `fic probe` writes (`--sample N`: a random sample of N of its turns, stratified
 by dataset and temperature, whose labels `fic rates DIR` turns into the calibrated estimate). The annotator sees one
 context and its generated user turn at a time, in a shuffled order, with no model name, folder, dataset or anything
-the judge wrote; picks the primary label and the binary genuine decision; and each annotation is saved at once
-(atomically). Reloading resumes where the annotator stopped. `/agreement` reports Cohen's kappa between the human and
+the judge wrote; picks the primary label and the binary genuine decision (and, for a genuine one, whether the request
+is context-free: it would fit after any answer); and each annotation is saved at once (atomically). Reloading resumes where the annotator stopped. `/agreement` reports Cohen's kappa between the human and
 the judge once every item of the session is labelled (not before: it would tell the judge's verdicts).
 
 Several folders (one per model, say) make one blind session: their drawn turns are pooled and dealt to `--readers K`
 readers (`r1` ... `rK`, or names separated by commas), each model's turns evenly (to within one turn per reader);
 each reader starts their own session with `--reader R` (on their own `--port`) and sees only their share, the models
 interleaved in a seeded random order. Each label still lands in its own folder (`DIR/labels.jsonl`, with `reader`
-and `annotator`), so `fic rates DIR` works as for a folder labelled alone. See `fic.eval.review.store`.
+and `annotator`), so `fic rates DIR` works as for a folder labelled alone. `--foil-share S` mixes into the session,
+unmarked, S of each folder's turns as foils (a turn of the model shown after another item's conversation), whose
+labels give the readers' generic floor (`DIR/foil_labels.jsonl`, read by `fic rates DIR`). See
+`fic.eval.review.store` and `fic.eval.review.foils`.
 
 Security. The server binds to 127.0.0.1 unless `--host` says otherwise. It serves a fixed list of its own static
 files and a small JSON API, nothing from the filesystem by request path, so no path can reach another file.
@@ -147,8 +150,9 @@ class ReviewHandler(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(length))
             if not isinstance(body, dict):
-                raise ReviewError("the body must be a JSON object {id, label, genuine}")
-            result = self.store.annotate(body.get("id"), body.get("label"), body.get("genuine"))
+                raise ReviewError("the body must be a JSON object {id, label, genuine[, context_free]}")
+            result = self.store.annotate(body.get("id"), body.get("label"), body.get("genuine"),
+                                         body.get("context_free"))  # fmt: skip
         except (ValueError, ReviewError) as err:
             return self._error(400, str(err))
         self._json(result)
@@ -161,10 +165,11 @@ class ReviewHandler(BaseHTTPRequestHandler):
 
 def make_server(directory: str | Path | list, host: str = "127.0.0.1", port: int = 8765, annotator: str | None = None,
                 seed: int | None = None, sample: int | None = None, readers: int | str | list | None = None,
-                reader: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
+                reader: str | None = None, foil_share: float | None = None) -> ThreadingHTTPServer:  # fmt: skip
     """A ready (not yet serving) review server for one folder or a list of them (`ReviewStore`'s arguments);
     `port=0` picks a free port."""
-    store = ReviewStore(directory, annotator=annotator, seed=seed, sample=sample, readers=readers, reader=reader)
+    store = ReviewStore(directory, annotator=annotator, seed=seed, sample=sample, readers=readers, reader=reader,
+                        foil_share=foil_share)  # fmt: skip
     handler = type("BoundReviewHandler", (ReviewHandler,), {"store": store, "allowed_hosts": None})
     server_class = ThreadingHTTPServer
     if ":" in host:  # an IPv6 address
@@ -197,13 +202,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reader", metavar="R", help="which reader of the plan this session is (needed with more than one reader)"
     )
+    parser.add_argument("--foil-share", type=float, metavar="S",
+                        help="mix foils into the session, unmarked: turns of each DIR's model shown after another "
+                        "item's conversation, S of each DIR's turns (e.g. 0.25: 10 foils beside 30 real turns); "
+                        "their labels (DIR/foil_labels.jsonl) give the readers' generic floor in `fic rates DIR` "
+                        "(default: the saved plan's, else none)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     directories = args.directory if isinstance(args.directory, list) else [args.directory]
     try:
         server = make_server(directories, args.host, args.port, args.annotator, args.seed, args.sample,
-                             args.readers, args.reader)  # fmt: skip
+                             args.readers, args.reader, getattr(args, "foil_share", None))  # fmt: skip
     except (ReviewError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

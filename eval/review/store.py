@@ -33,7 +33,19 @@ reader, time}}) is read again, updated and rewritten atomically (temp file + ren
 `DIR/labels.jsonl` (what `fic rates DIR` reads: the turn's key fields, `genuine`, `label`, `annotator`, `reader`, the
 run's id and `turn_sha`) and `DIR/review/human_labels.jsonl` (the judge-output format: model, dataset, item_id,
 temperature, perturbation, sample, label, genuine, annotator, reader, time; for `fic judge-agreement`) are rewritten
-from it. `reader` is the reader's id in the plan, `annotator` the name given at start (default: the reader id).
+from it. `reader` is the reader's id in the plan, `annotator` the name given at start (default: the reader id). A
+genuine label also says whether the request is `context_free` (would fit after any answer; GUIDELINE.md): true or
+false, or null where the reader did not say (label rows made before the flag have no such field).
+
+Foils (the readers' floor). `foil_share=S` (`--foil-share S`, kept in the plan) adds to each folder's drawn turns
+foil turns, so that they are S of the folder's turns in the session: a turn of the model shown after another item's
+conversation (`fic.eval.review.foils`). They are dealt to the readers after the real turns, each folder's evenly, and
+shuffled in with them; a foil is served like any turn (an opaque id of the same shape, the conversation and the turn,
+nothing else), so a reader cannot tell it apart. Which items were foils is known only on the server: their
+annotations are kept under their own keys in `annotations.json`, and their labels go to `DIR/foil_labels.jsonl`
+(`foil: true`, the turn's key fields, `context_item_id` the item whose conversation was shown), never to
+`DIR/labels.jsonl` or `human_labels.jsonl`, which keep the real turns only; nor do they take part in the agreement or
+the estimate. `fic rates DIR` reads both files (`fic.reader_floor`).
 """
 
 from __future__ import annotations
@@ -53,7 +65,8 @@ from fic.jsonl import load_done, write_json, write_rows
 from fic.judges.labels import GENUINE_FOLLOWUP, LABELS
 from fic.metrics import agreement, cohen_kappa
 
-from ..rates import turn_sha
+from ..rates import FOIL_LABELS_FILE, turn_sha
+from .foils import allocate, draw_foils, foil_count, foil_key
 
 try:
     import fcntl
@@ -64,6 +77,8 @@ IDENTITY = ("model", "dataset", "item_id", "temperature", "perturbation", "sampl
 LABEL_FIELDS = ("dataset", "item_id", "temperature", "perturbation", "sample")
 # The reader of annotations saved before the plan named readers: those sessions had one reader per folder.
 LEGACY_READER = "r1"
+CONTEXT_FREE = ("context_free (genuine labels only): the request would fit after almost any answer ('Can you explain "
+                "that more simply?', 'Can you give an example?'); still genuine_followup (GUIDELINE.md)")  # fmt: skip
 WITHHELD = "withheld until every item of this session is labelled: shown earlier, it would tell the judge's verdicts"
 
 
@@ -144,7 +159,14 @@ class ReviewFolder:
             raise ReviewError(f"{plan_path} is not valid JSON ({err}); move it away to draw again") from None
         self.run_id = _run_id(self.directory)
         self.order: list[str] = []
-        self.annotations = self._load_annotations()
+        self.foils: dict[str, dict] = {}  # foil key -> the row served for it (the turn after another conversation)
+        self.foil_order: list[str] = []
+        self._annotations = self._load_annotations()
+
+    @property
+    def annotations(self) -> dict[str, dict]:
+        """{key: annotation} of the folder's turns and of its planned foils."""
+        return {k: v for k, v in self._annotations.items() if k in self.rows or k in self.foils}
 
     @property
     def fingerprint(self) -> str:
@@ -162,13 +184,25 @@ class ReviewFolder:
         strata: dict[tuple, list[str]] = {}
         for key in sorted(self.rows):
             strata.setdefault(stratum(self.rows[key]), []).append(key)
-        quotas = {s: sample * len(keys) / len(self.rows) for s, keys in strata.items()}
-        counts = {s: int(q) for s, q in quotas.items()}
-        for s in sorted(quotas, key=lambda s: (counts[s] - quotas[s], s))[: sample - sum(counts.values())]:
-            counts[s] += 1
+        counts = allocate({s: len(keys) for s, keys in strata.items()}, sample)
         order = [key for s, keys in sorted(strata.items()) for key in rng.sample(keys, counts[s])]
         rng.shuffle(order)  # the draw went stratum by stratum: the order must not say which stratum a turn is from
         return order
+
+    def draw_foils(self, seed: int, share: float) -> None:
+        """Plan the folder's foils for its drawn `order` (`fic.eval.review.foils`): `self.foils` and `foil_order`."""
+        try:
+            pairs = draw_foils(self.rows, self.order, seed, foil_count(len(self.order), share), stratum)
+        except ValueError as err:
+            raise ReviewError(f"{self.directory}: {err}") from None
+        self.foils, self.foil_order = {}, []
+        for turn, context in pairs:
+            key = foil_key(turn, context)
+            row, shown = self.rows[turn], self.rows[context]
+            self.foils[key] = {**{k: row[k] for k in IDENTITY if k in row}, "messages": shown["messages"],
+                               "user_turn": row["user_turn"], "foil": True, "turn_key": turn,
+                               "context_item_id": shown.get("item_id")}  # fmt: skip
+            self.foil_order.append(key)
 
     def _load_annotations(self) -> dict[str, dict]:
         path = self.review_dir / "annotations.json"
@@ -178,7 +212,7 @@ class ReviewFolder:
             saved = json.loads(path.read_text())
         except ValueError as err:
             raise ReviewError(f"{path} is not valid JSON ({err}); restore it or move it away to start over") from None
-        return {k: v for k, v in saved.items() if k in self.rows}
+        return saved
 
     def save(self, key: str, note: dict) -> None:
         """Add one annotation to the folder's files: read again under the folder's lock (other readers may have
@@ -188,29 +222,40 @@ class ReviewFolder:
             saved = json.loads(path.read_text()) if path.is_file() else {}
             saved[key] = note
             write_json(path, saved)
-            self.annotations = {k: v for k, v in saved.items() if k in self.rows}
+            self._annotations = saved
             self._write_labels()
 
     def _write_labels(self) -> None:
         """`DIR/review/human_labels.jsonl` (the judge-output format) and `DIR/labels.jsonl` (what `fic rates DIR`
-        reads), the annotated turns of the folder's sample in its order, both rewritten atomically."""
-        annotated = [key for key in self.order if key in self.annotations]
-        notes = {key: {"reader": LEGACY_READER, **self.annotations[key]} for key in annotated}
+        reads), the annotated turns of the folder's sample in its order, and `DIR/foil_labels.jsonl`, its annotated
+        foils (when the plan has foils or the file exists), each rewritten atomically."""
+        annotations = self.annotations
+        annotated = [key for key in self.order if key in annotations]
+        notes = {key: {"reader": LEGACY_READER, **annotations[key]} for key in annotated}
         human = [
             {**{k: self.rows[key][k] for k in IDENTITY if k in self.rows[key]}, **notes[key]} for key in annotated
         ]
         write_rows(self.review_dir / "human_labels.jsonl", human)
+        fields = ("genuine", "label", "context_free", "annotator", "reader")
         run = [{**{k: self.rows[key][k] for k in LABEL_FIELDS if k in self.rows[key]},
-                **{k: notes[key].get(k) for k in ("genuine", "label", "annotator", "reader")}, "run_id": self.run_id,
+                **{k: notes[key].get(k) for k in fields}, "run_id": self.run_id,
                 "turn_sha": turn_sha(self.rows[key]["user_turn"])}
                for key in annotated]  # fmt: skip
         write_rows(self.directory / "labels.jsonl", run)
+        foil_path = self.directory / FOIL_LABELS_FILE
+        if self.foils:  # a session planned without foils leaves an earlier plan's foil labels alone
+            foils = [{**{k: self.foils[key][k] for k in LABEL_FIELDS if k in self.foils[key]}, "foil": True,
+                      "context_item_id": self.foils[key]["context_item_id"],
+                      **{k: {"reader": LEGACY_READER, **annotations[key]}.get(k) for k in fields},
+                      "run_id": self.run_id, "turn_sha": turn_sha(self.foils[key]["user_turn"])}
+                     for key in self.foil_order if key in annotations]  # fmt: skip
+            write_rows(foil_path, foils)
 
     def estimate(self) -> dict | None:
         """The calibrated (PPI++) rate of the whole run from its labels so far, beside the labels alone, with each
         interval's width (None before two labels, or when the judge's verdicts are not in the samples)."""
         rows = [r for r in self.rows.values() if r.get("genuine") is not None]
-        labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items()}
+        labels = {row_key(self.rows[k]): a["genuine"] for k, a in self.annotations.items() if k in self.rows}
         try:
             out = calibrated(rows, labels)
         except (KeyError, TypeError, ValueError):  # rows without the sample key fields
@@ -244,12 +289,12 @@ class ReviewStore:
 
     `directory`: one folder or a list of them. `readers`: a count or a list of reader ids (default: the saved plan's,
     else one reader); `reader`: which of them this session is (needed when there are several). `annotator`: the name
-    stored with each label (default: the reader id). `seed`, `sample`: as in the module docstring (default: the saved
-    plan's; a new seed is drawn and kept when there is none)."""
+    stored with each label (default: the reader id). `seed`, `sample`, `foil_share`: as in the module docstring
+    (default: the saved plan's; a new seed is drawn and kept when there is none; no foils)."""
 
     def __init__(self, directory: str | Path | list, annotator: str | None = None, seed: int | None = None,
                  sample: int | None = None, readers: int | str | list | None = None,
-                 reader: str | None = None):  # fmt: skip
+                 reader: str | None = None, foil_share: float | None = None):  # fmt: skip
         paths = [directory] if isinstance(directory, (str, Path)) else list(directory)
         if not paths:
             raise ReviewError("give at least one folder written by `fic probe`")
@@ -269,6 +314,11 @@ class ReviewStore:
             seed = _agreed(folders, "seed")
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
+        if foil_share is None:
+            foil_share = _agreed(folders, "foil_share") or 0.0
+        if isinstance(foil_share, bool) or not isinstance(foil_share, (int, float)) or not 0 <= foil_share < 1:
+            raise ReviewError(f"--foil-share {foil_share}: give a share in [0, 1), e.g. 0.25 (a quarter of each "
+                              "model's turns in the session are foils)")  # fmt: skip
         planned = _agreed(folders, "readers")
         self.readers = parse_readers(readers if readers is not None else planned if planned is not None else 1)
         if reader is None and len(self.readers) == 1:
@@ -281,17 +331,22 @@ class ReviewStore:
                               "pass one of them, or --readers to plan again")  # fmt: skip
         self.reader = reader
         self.annotator = annotator or reader
-        self.seed, self.sample = seed, sample
+        self.seed, self.sample, self.foil_share = seed, sample, float(foil_share)
+        plan = {"seed": seed, "sample": sample, "readers": self.readers}
+        if foil_share:  # a plan without foils is written as before foils existed
+            plan["foil_share"] = self.foil_share
         for folder in folders:
             folder.order = folder.draw(seed, sample)
+            folder.draw_foils(seed, self.foil_share)
+        for folder in folders:
             with _folder_lock(folder.review_dir):  # other readers' sessions may be starting too
-                write_json(folder.review_dir / "order.json", {"seed": seed, "sample": sample, "readers": self.readers})
+                write_json(folder.review_dir / "order.json", plan)
         self.pooled = len(folders) > 1
         self._place = {id(folder): n for n, folder in enumerate(folders)}
         self._where: dict[str, tuple[ReviewFolder, str]] = {}
         self.rows: dict[str, dict] = {}
         for folder in folders:
-            for key, row in folder.rows.items():
+            for key, row in [*folder.rows.items(), *folder.foils.items()]:
                 item_id = self._id(folder, key)
                 self._where[item_id] = (folder, key)
                 self.rows[item_id] = row
@@ -311,17 +366,20 @@ class ReviewStore:
 
     def shares(self) -> dict[str, list[str]]:
         """Every reader's item ids, before this reader's shuffle: each folder's drawn turns grouped by stratum (in
-        the folder's shuffled order inside a stratum) and dealt round robin, the deal carrying on across folders."""
+        the folder's shuffled order inside a stratum) and dealt round robin, the deal carrying on across folders;
+        then the folders' foils the same way, the deal carrying on (so the real turns are dealt as without foils)."""
         shares: dict[str, list[str]] = {r: [] for r in self.readers}
         turn = random.Random(f"fic-review-deal:{self.seed}").randrange(len(self.readers))
-        for folder in self.folders:
-            for key in sorted(folder.order, key=lambda k: stratum(folder.rows[k])):  # sorted() is stable
-                shares[self.readers[turn % len(self.readers)]].append(self._id(folder, key))
-                turn += 1
+        for kind in ("order", "foil_order"):
+            for folder in self.folders:
+                rows = folder.rows if kind == "order" else folder.foils
+                for key in sorted(getattr(folder, kind), key=lambda k: stratum(rows[k])):  # sorted() is stable
+                    shares[self.readers[turn % len(self.readers)]].append(self._id(folder, key))
+                    turn += 1
         return shares
 
     def _deal(self) -> list[str]:
-        if not self.pooled and len(self.readers) == 1:
+        if not self.pooled and len(self.readers) == 1 and not self.folders[0].foils:
             return list(self.folders[0].order)  # the folder's own shuffled order, as a single-folder review always had
         mine = self.shares()[self.reader]
         random.Random(f"fic-review-order:{self.seed}:{self.reader}").shuffle(mine)  # interleave models and strata
@@ -340,7 +398,9 @@ class ReviewStore:
     def state(self) -> dict:
         with self._lock:
             return {"total": len(self.order), "done": self._done(), "next": self._next(), "annotator": self.annotator,
-                    "reader": self.reader, "labels": self.labels(), **self._estimates_when_done()}  # fmt: skip
+                    "reader": self.reader, "labels": self.labels(),
+                    "flags": [{"name": "context_free", "description": CONTEXT_FREE}],
+                    **self._estimates_when_done()}  # fmt: skip
 
     def estimate(self) -> dict | None:
         """The calibrated rate of the run (one folder; None when pooled: `fic rates DIR` gives each folder's)."""
@@ -374,22 +434,32 @@ class ReviewStore:
                     for m in row["messages"] if isinstance(m, dict)]  # fmt: skip
         with self._lock:
             saved = self._saved(item_id)
-        annotation = {"label": saved["label"], "genuine": saved["genuine"]} if saved else None
+        annotation = ({"label": saved["label"], "genuine": saved["genuine"],
+                       "context_free": saved.get("context_free")} if saved else None)  # fmt: skip
         return {"id": item_id, "index": index, "total": len(self.order), "messages": messages,
                 "user_turn": row["user_turn"], "annotation": annotation}  # fmt: skip
 
     # saving -------------------------------------------------------------------------------------------------
 
-    def annotate(self, item_id: str, label: str, genuine: bool) -> dict:
+    def annotate(self, item_id: str, label: str, genuine: bool, context_free: bool | None = None) -> dict:
+        """Save a label. `context_free`: for a genuine label, whether the request would fit after any answer
+        (GUIDELINE.md, 'Context-free requests'; None: not said, read as unknown); a label that is not genuine is
+        saved with false."""
         if not isinstance(item_id, str) or item_id not in self._mine:
             raise ReviewError(f"id {item_id!r:.40} is not an item of this review")
         if not isinstance(label, str) or label not in _labels():
             raise ReviewError(f"label {label!r:.40} is not a follow-up label; valid: {sorted(_labels())}")
         if not isinstance(genuine, bool):
             raise ReviewError(f"genuine must be true or false, got {genuine!r}")
+        if context_free is not None and not isinstance(context_free, bool):
+            raise ReviewError(f"context_free must be true, false or left out, got {context_free!r:.40}")
+        if context_free and not genuine:
+            raise ReviewError("context_free marks a genuine follow-up that would fit after any answer; leave it out "
+                              "(or false) when genuine is false")  # fmt: skip
         folder, key = self._where[item_id]
         with self._lock:
-            folder.save(key, {"label": label, "genuine": genuine, "annotator": self.annotator, "reader": self.reader,
+            folder.save(key, {"label": label, "genuine": genuine, "context_free": context_free if genuine else False,
+                              "annotator": self.annotator, "reader": self.reader,
                               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})  # fmt: skip
             return {"ok": True, "done": self._done(), "next": self._next(), **self._estimates_when_done()}
 
@@ -407,6 +477,8 @@ class ReviewStore:
             return {"annotated": len(annotated), "total": len(self.order), "withheld": WITHHELD}
         pairs, excluded = [], 0
         for item_id, human in annotated.items():
+            if self.rows[item_id].get("foil"):  # the judge never read this turn after this conversation
+                continue
             judge_label, judge_genuine = self.rows[item_id].get("label"), self.rows[item_id].get("genuine")
             if judge_label not in _labels() or judge_genuine is None:
                 excluded += 1

@@ -58,12 +58,20 @@ function buildLabels() {
   document.querySelectorAll('input[name="genuine"]').forEach((r) => r.addEventListener("change", updateSave));
 }
 
+// The context_free flag belongs to a genuine label only: shown (and sent) when the binary decision is yes.
+function updateContextFree() {
+  const genuine = chosen("genuine") === "yes";
+  $("context-free-box").hidden = !genuine;
+  if (!genuine) $("context-free").checked = false;
+}
+
 function chosen(name) {
   const input = document.querySelector(`input[name="${name}"]:checked`);
   return input ? input.value : null;
 }
 
 function updateSave() {
+  updateContextFree();
   $("save").disabled = !(chosen("label") && chosen("genuine"));
 }
 
@@ -78,10 +86,12 @@ function render(item) {
   }
   $("user-turn").textContent = item.user_turn;
   document.querySelectorAll('input[name="label"], input[name="genuine"]').forEach((r) => { r.checked = false; });
+  $("context-free").checked = false;
   if (item.annotation) {
     const radio = document.getElementById(`label-${item.annotation.label}`);
     if (radio) radio.checked = true;
     $(item.annotation.genuine ? "genuine-yes" : "genuine-no").checked = true;
+    $("context-free").checked = item.annotation.context_free === true;
     setStatus("saved", false);
   } else {
     setStatus("", false);
@@ -108,7 +118,10 @@ async function save() {
     const result = await api("/api/annotate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ id: state.item.id, label: label, genuine: genuine === "yes" }),
+      body: JSON.stringify({
+        id: state.item.id, label: label, genuine: genuine === "yes",
+        context_free: genuine === "yes" ? $("context-free").checked : false,
+      }),
     });
     showProgress(result.done, result.estimate);
     setStatus("saved", false);
@@ -136,6 +149,8 @@ function onKey(event) {
   } else if (event.key === "y" || event.key === "n") {
     $(event.key === "y" ? "genuine-yes" : "genuine-no").checked = true;
     updateSave();
+  } else if (event.key === "c" && chosen("genuine") === "yes") {
+    $("context-free").checked = !$("context-free").checked;
   } else if (event.key === "Enter") {
     save();
   } else if (event.key === "ArrowRight") {

@@ -15,6 +15,7 @@ from fic.reader_floor import (
     check_flag,
     flag_state,
     floor_subtracted,
+    reader_difference,
     reader_lines,
     reader_rate,
     reader_readings,
@@ -118,6 +119,28 @@ def test_old_label_files_read_with_the_second_reading_unknown():
     assert "carry no context_free flag" in out["not_counted_note"]
     line = reader_lines(out)[1]
     assert line.startswith("readers (context-free not counted): unknown: 12 of 12 genuine labels carry no")
+
+
+def test_reader_difference_subtracts_the_floor_rise_paired_by_item():
+    """Base: real 30%, floor 10%; the arm: real 70%, floor 50%. Its gain of 40 points is all floor rise."""
+    items = range(20)
+    base_real = [label(i, i % 10 < 3, False, sample=s) for i in items for s in (0, 1)]
+    base_foils = [label(i, i % 10 < 1, False, sample=2) for i in items]
+    arm_real = [label(i, i % 10 < 7, i % 10 < 7, sample=s) for i in items for s in (0, 1)]
+    arm_foils = [label(i, i % 10 < 5, i % 10 < 5, sample=2) for i in items]
+    out = reader_difference(base_real, base_foils, arm_real, arm_foils, seed=3)
+    assert out["gain"]["diff"] == pytest.approx(0.4) and out["floor_rise"]["diff"] == pytest.approx(0.4)
+    assert out["floor_subtracted_gain"]["diff"] == pytest.approx(0.0) and out["note"] == ""
+    assert out["gain"]["low"] > 0 and out["floor_subtracted_gain"]["low"] < 0 < out["floor_subtracted_gain"]["high"]
+    assert out["rates"] == pytest.approx({"base_real": 0.3, "base_floor": 0.1, "arm_real": 0.7, "arm_floor": 0.5})
+    assert reader_difference(base_real, base_foils, arm_real, arm_foils, seed=3) == out
+    # not counting the arm's context-free requests: the arm's rates fall to 0, and so does its floor
+    strict = reader_difference(base_real, base_foils, arm_real, arm_foils, reading="not_counted")
+    assert strict["gain"]["diff"] == pytest.approx(-0.3) and strict["floor_rise"]["diff"] == pytest.approx(-0.1)
+    unknown = reader_difference([label(i, True) for i in items], base_foils, arm_real, arm_foils, "not_counted")
+    assert unknown["gain"]["diff"] is None and "carry no context_free flag" in unknown["note"]
+    few = reader_difference(base_real, base_foils[:9], arm_real, arm_foils)
+    assert few["floor_subtracted_gain"]["diff"] is None and "base_floor 9 (< 10)" in few["note"]
 
 
 # `fic rates` on a probe folder ------------------------------------------------------------------------------------

@@ -130,6 +130,56 @@ def floor_subtracted(real: Sequence[bool], real_clusters: Sequence[Hashable], fo
     return {"diff": diff, "low": low, "high": high, "p": bootstrap_p(diffs), **out, "note": ""}
 
 
+def reader_difference(base_real: Sequence[dict], base_foils: Sequence[dict], arm_real: Sequence[dict],
+                      arm_foils: Sequence[dict], reading: str = "counted", n_boot: int = 2000, seed: int = 0,
+                      z: float = 1.96) -> dict:  # fmt: skip
+    """A trained arm against the base model in the readers' eyes, on the same items: the gain in their genuine rate
+    on real turns (arm minus base), the rise of their floor (on foils) and the floor-subtracted gain (the gain minus
+    the floor rise), each with a 95% percentile interval and two-sided p from one bootstrap over the items that draws
+    each item's turns of all four label sets together (the arms' contexts are the same items, so they stay paired).
+
+    Label rows as `reader_readings` takes them, read under `reading` (`counted` or `not_counted`). Returns `{"gain",
+    "floor_rise", "floor_subtracted_gain": {diff, low, high, p}, "rates": {base_real, base_floor, arm_real,
+    arm_floor}, "n_items": {...}, "note"}`; under `MIN_CLUSTERS` items in any of the four sets, or when the reading is
+    unknown (a genuine label without the context_free flag), every diff is None and `note` says why."""
+    sets = {"base_real": base_real, "base_floor": base_foils, "arm_real": arm_real, "arm_floor": arm_foils}
+    flags = {name: reading_flags(rows, reading) for name, rows in sets.items()}
+    empty = {"diff": None, "low": None, "high": None, "p": None}
+    n_items = {name: len({_item(r) for r in rows}) for name, rows in sets.items()}
+    out = {"reading": reading, "rates": {}, "n_items": n_items}
+    unknown = [name for name, f in flags.items() if f is None]
+    few = [f"{name} {n}" for name, n in n_items.items() if n < MIN_CLUSTERS]
+    if unknown or few:
+        note = (flag_state([*base_real, *base_foils, *arm_real, *arm_foils])["note"] if unknown else
+                f"not estimable: items with labels {', '.join(few)} (< {MIN_CLUSTERS})")  # fmt: skip
+        rates = {name: (sum(f) / len(f) if f else None) for name, f in flags.items() if f is not None}
+        return {**out, "rates": rates, "gain": dict(empty), "floor_rise": dict(empty),
+                "floor_subtracted_gain": dict(empty), "note": note}  # fmt: skip
+    items = list(dict.fromkeys(_item(r) for rows in sets.values() for r in rows))
+    where = {item: i for i, item in enumerate(items)}
+    k = np.zeros((4, len(items)))
+    n = np.zeros((4, len(items)))
+    for side, name in enumerate(sets):
+        for row, flag in zip(sets[name], flags[name]):
+            k[side, where[_item(row)]] += flag
+            n[side, where[_item(row)]] += 1
+    rates = k.sum(1) / n.sum(1)
+    idx = draw_clusters(np.random.default_rng(seed), len(items), n_boot)
+    ks, ns = k[:, idx].sum(2), n[:, idx].sum(2)  # (4, n_boot)
+    ok = (ns > 0).all(0)
+    boot = ks[:, ok] / ns[:, ok]
+    stats = {"gain": (rates[2] - rates[0], boot[2] - boot[0]), "floor_rise": (rates[3] - rates[1], boot[3] - boot[1])}
+    stats["floor_subtracted_gain"] = (
+        stats["gain"][0] - stats["floor_rise"][0],
+        stats["gain"][1] - stats["floor_rise"][1],
+    )
+    for name, (point, draws) in stats.items():
+        low, high = percentile_interval(draws, alpha_of(z), point=float(point))
+        out[name] = {"diff": float(point), "low": low, "high": high, "p": bootstrap_p(draws)}
+    out["rates"] = {name: float(r) for name, r in zip(sets, rates)}
+    return {**out, "note": ""}
+
+
 def reader_readings(real: Sequence[dict], foils: Sequence[dict], samples: Sequence[dict] | None = None,
                     seed: int = 0) -> dict:  # fmt: skip
     """The readers' figures of one model (one probe folder) from its real labels and its foil labels.

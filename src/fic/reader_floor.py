@@ -15,8 +15,10 @@ labels without reading the answer. Two measurements say how much of a rate is th
 
 Every rate is clustered by item (the item the turn was written after) with `fic.estimates.cluster_rate`'s interval,
 and not estimable (figures None, a note) under `fic.estimates.MIN_CLUSTERS` items. The floor-subtracted difference
-takes its interval from a bootstrap over items that draws each item's real and foil turns together. Pure functions of
-plain label rows (`genuine`, `context_free`, and the turn's `dataset` / `item_id`).
+takes its interval from a bootstrap over items that draws each item's real and foil turns together.
+`reader_readings` gives one model's figures (what `fic rates` reports); `reader_difference` an arm against the base
+model: the readers' gain, their floor's rise and the gain less that rise, paired by item. Pure functions of plain label
+rows (`genuine`, `context_free`, and the turn's `dataset` / `item_id`).
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from accelerate import PartialState
-from accelerate.utils import DistributedType, extract_model_from_parallel
+from accelerate.utils import extract_model_from_parallel
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import TrainerCallback
-from transformers.integrations import is_deepspeed_zero3_enabled
 
+from fic.distributed import fsdp_enabled, parameters_sharded
 from fic.eval.checkpoint_io import CheckpointLock, make_backend
 from fic.eval.checkpoint_runs import evaluate_checkpoint
 from fic.eval.report import spread
@@ -46,20 +46,6 @@ logger = logging.getLogger(__name__)
 def wait_for_everyone() -> None:
     """Barrier across training processes (a no-op in a single process)."""
     PartialState().wait_for_everyone()
-
-
-def parameters_sharded() -> bool:
-    """Whether the model's parameters are split across processes (FSDP or DeepSpeed ZeRO-3)."""
-    kind = PartialState().distributed_type
-    if kind == DistributedType.FSDP:
-        return True
-    if kind == DistributedType.DEEPSPEED:
-        return is_deepspeed_zero3_enabled()
-    return False
-
-
-def fsdp_enabled() -> bool:
-    return PartialState().distributed_type == DistributedType.FSDP
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")

@@ -99,8 +99,8 @@ def trained_model(trainer, output_dir: str):
     `output_dir`, read back by every rank in the training dtype (`fic.eval.checkpoint_io.load_checkpoint`)."""
     from accelerate.utils import extract_model_from_parallel
 
+    from fic.distributed import parameters_sharded
     from fic.eval.checkpoint_io import load_checkpoint
-    from fic.trainers.callbacks import parameters_sharded
 
     if parameters_sharded():
         return load_checkpoint(output_dir)[0]

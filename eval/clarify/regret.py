@@ -28,12 +28,14 @@ from pathlib import Path
 from fic import cli_args, metric_names
 from fic.cli_args import backend_name
 from fic.errors import FicError
+from fic.eval.clarify.ambigqa import AmbigQAScenario
 from fic.eval.clarify.bag import check_belief_temperature
 from fic.eval.clarify.embed import get_embedder
 from fic.eval.clarify.episode import run_episode
 from fic.eval.clarify.model import load_chat_model
 from fic.eval.clarify.policies import POLICIES, ReferencePolicy, get_policy
-from fic.eval.clarify.scenarios import SCENARIOS, get_scenario, resolve_data_path
+from fic.eval.clarify.products import ProductScenario
+from fic.eval.clarify.scenarios import SCENARIOS, Scenario, resolve_data_path
 from fic.eval.clarify.stats import episode_intervals, faithfulness, first_turns
 from fic.eval.clarify.tracker import LLMTracker, RuleTracker
 from fic.eval.clarify.user import PROFILES, LLMUser, SimulatedUser, check_profile
@@ -43,6 +45,16 @@ from fic.jsonl import append_rows, check_settings, load_keyed, write_json, write
 from fic.metrics import ineffective_clarification_rate, regret, regret_parts, stopping_error_rates
 
 logger = logging.getLogger(__name__)
+
+
+SCENARIO_CLASSES = {"products": ProductScenario, "ambigqa": AmbigQAScenario}  # the scenarios of `SCENARIOS`
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario object for `name` (a key of `SCENARIO_CLASSES`)."""
+    if name not in SCENARIO_CLASSES:
+        raise ValueError(f"scenario={name!r} is unknown; choose one of {list(SCENARIOS)}.")
+    return SCENARIO_CLASSES[name]()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

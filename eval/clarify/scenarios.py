@@ -115,19 +115,6 @@ class Scenario(Protocol):
     def describe(self, episode: Episode, index: int) -> str: ...
 
 
-def get_scenario(name: str) -> Scenario:
-    """The scenario object for `name` ('products' or 'ambigqa')."""
-    if name == "products":
-        from fic.eval.clarify.products import ProductScenario  # circular: products and ambigqa import this module
-
-        return ProductScenario()
-    if name == "ambigqa":
-        from fic.eval.clarify.ambigqa import AmbigQAScenario
-
-        return AmbigQAScenario()
-    raise ValueError(f"scenario={name!r} is unknown; choose one of {list(SCENARIOS)}.")
-
-
 def shared_data_dir() -> Path | None:
     """The shared data folder: env FIC_SHARED_DATA when set, else ../shared/data next to the repository (or the
     working directory); None if absent."""

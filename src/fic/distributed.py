@@ -262,3 +262,24 @@ class RankedRows:
             if handle is not None:
                 handle.close()
         self.locks = []
+
+
+def parameters_sharded() -> bool:
+    """Whether the model's parameters are split across processes (FSDP or DeepSpeed ZeRO-3)."""
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    kind = PartialState().distributed_type
+    if kind == DistributedType.FSDP:
+        return True
+    if kind == DistributedType.DEEPSPEED:
+        return is_deepspeed_zero3_enabled()
+    return False
+
+
+def fsdp_enabled() -> bool:
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType
+
+    return PartialState().distributed_type == DistributedType.FSDP

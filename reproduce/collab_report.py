@@ -7,7 +7,14 @@ from collections import Counter
 from pathlib import Path
 
 import repro
-from collab_labels import calibrated_differences, calibrated_rates, calibrated_target, floor_rise
+from collab_labels import (
+    UNKNOWN,
+    calibrated_differences,
+    calibrated_rates,
+    floor_rise,
+    gain_target,
+    reader_figures,
+)
 from collab_settings import ARMS, DATASETS, NAMES, SETTINGS, TRAINING_JUDGE, point_key
 
 
@@ -120,8 +127,10 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
     rl_eval = repro.read_json(Path(rl_tuning["chosen"]["model"]) / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
     label_maps: dict = {}
-    calibrated = calibrated_rates(out, models, label_maps=label_maps)
+    label_rows: dict = {}
+    calibrated = calibrated_rates(out, models, label_maps=label_maps, label_rows=label_rows)
     cal_diffs = _holm_overall(calibrated_differences(rows, label_maps))
+    readers = reader_figures(out, models, label_rows, rows)
     n_rows = arms["real"]["rows"]
     summary = {
         "arms": arm_entries(arms, estimates, differences, trained),
@@ -149,6 +158,7 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
         "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS} for k in probes},
         "differences": differences,
         "estimates": estimates,
+        "readers": readers,
     }  # fmt: skip
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
@@ -290,14 +300,16 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
               for k in differences for d in (*DATASETS, "overall")],
     )  # fmt: skip
     # Targets are read off the calibrated differences (pooled over the 29 held-out contexts: HealthBench's 9 alone are
-    # not estimable), minus the rise in generic floor, at the interval's lower end.
+    # not estimable), minus the rise in generic floor, at the interval's lower end; where the readers labelled foil
+    # turns of the model and of the base model, off the readers' gain minus the rise of their own floor instead.
     targets = [
-        calibrated_target("template_filtered", "collab SFT gain on the held-out contexts, read by blind readers "
-                          "(judge-filtered template arm, the method; paper: +17.7 points on HealthBench)", cal_diffs,
-                          summary["floor_rise"]["template_filtered"]["overall"], 0.15),
-        calibrated_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
-                          f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
-                          "first -> last quarter of steps)", cal_diffs, summary["floor_rise"]["rl"]["overall"], 1e-9),
+        gain_target("template_filtered", "collab SFT gain on the held-out contexts, read by blind readers "
+                    "(judge-filtered template arm, the method; paper: +17.7 points on HealthBench)", readers,
+                    cal_diffs, summary["floor_rise"]["template_filtered"]["overall"], 0.15),
+        gain_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
+                    f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
+                    "first -> last quarter of steps)", readers, cal_diffs, summary["floor_rise"]["rl"]["overall"],
+                    1e-9),
         hacking_target(summary["rl"]["reward_hacking"]),
     ]  # fmt: skip
     src = arms["template_filtered"]["sources"]
@@ -338,6 +350,7 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
             + ": run each model's `fic review ... --sample 30` (table above), label blind, then rerun the part's "
               "summary (`rm OUT/collab/section.json` and `python reproduce/run.py --parts collab`; every step resumes)"
             if len(labelled) < len(calibrated) else "every model labelled")),
+        *([_readers_text(readers)] if readers["measured"] else [readers["note"]]),
         (f"Intervals are clustered by context (the {p['samples']} turns of a context are not independent; with "
          f"{n_hb} HealthBench contexts they are wide), and every comparison with the base model is a paired difference "
          "over the same contexts. The held-out contexts end with the base model's own greedy answer, written once and "
@@ -358,9 +371,90 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
                 "its turns are distinct): compare its rate with its generic floor."
             )
     return repro.Section(summary=summary, about=about,
-                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table, labels, stats,
-                                 reward, shown],
+                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table,
+                                 *([readers_table(readers)] if readers["measured"] else []), labels, stats, reward,
+                                 shown],
                          text=text, targets=targets)  # fmt: skip
+
+
+READINGS = {"counted": "counted genuine", "not_counted": "not counted"}
+
+
+def _rate_text(cell: dict | None) -> str:
+    """`12.5 [5.0, 20.1] n=40` (%) of a `fic.reader_floor.reader_rate`, or its note (not estimable under 10 items)."""
+    if not cell:
+        return "n/a"
+    if cell.get("rate") is None:
+        return cell.get("note") or "n/a"
+    return f"{100 * cell['rate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}] n={cell['n']}"
+
+
+def _points_text(cell: dict | None) -> str:
+    """`+12.0 points [+3.1, +20.9], p=0.01` of a difference `{diff, low, high, p}`, or its note."""
+    if not cell:
+        return "n/a"
+    if cell.get("diff") is None:
+        return cell.get("note") or "n/a"
+    return f"{100 * cell['diff']:+.1f} points [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}], p={cell['p']:.2f}"
+
+
+def readers_table(readers: dict) -> repro.Table:
+    """The readers' generic floor (`collab_labels.reader_figures`): per model and reading, their genuine rate on the
+    real turns, on the foil turns and the difference; per trained model, the readers' gain over the base model, the
+    rise of their floor and the gain minus that rise (Holm-adjusted over the trained models)."""
+    unknown = "unknown: the labels carry no context_free flag"
+    no_pair = "n/a: needs real and foil labels of this model and the base model"
+    rows = []
+    for k, m in readers["models"].items():
+        for reading, words in READINGS.items():
+            r = m.get(reading)
+            if isinstance(r, dict):
+                own = [_rate_text(r["genuine"]), _rate_text(r["floor"]) if r["floor"] else "no foil labels",
+                       _points_text(r["floor_subtracted"]) if r["floor_subtracted"] else "n/a"]  # fmt: skip
+            else:
+                own = [unknown if r == UNKNOWN else "no labels"] * 3
+            d = (readers["differences"].get(k) or {}).get(reading)
+            if k == "base":
+                vs = ["-"] * 3
+            elif isinstance(d, dict):
+                vs = [d[stat]["reading"] for stat in ("gain", "floor_rise", "floor_subtracted_gain")]
+            else:
+                vs = [unknown if d == UNKNOWN else no_pair] * 3
+            where = f"{m['n_real']} real; foils: {m['foil_labels']['status']}" if reading == "counted" else ""
+            who = m.get("annotators")
+            if where and who and not who["same"]:
+                where += (f"; real and foil turns labelled by other annotators (real: {', '.join(who['real'])}; "
+                          f"foils: {', '.join(who['foils'])})")  # fmt: skip
+            rows.append([NAMES[k], words, where, *own, *vs])
+    return repro.Table(
+        caption="The readers' generic floor: blind readers' genuine rate on each model's labelled held-out turns, on "
+                "its foil turns (a turn the model wrote, shown after another context's conversation, mixed unmarked "
+                "into the same session) and the difference (%, 95% intervals clustered by context); against the base "
+                "model, paired by context, the readers' gain, the rise of their floor and the gain minus that rise "
+                "(points, 95% item-bootstrap interval, p, Holm-adjusted over the trained models); context-free "
+                "requests counted genuine (the guideline's label) and not counted; under 10 labelled contexts not "
+                "estimable",
+        columns=["model", "context-free requests", "labels", "readers: genuine (real turns)", "readers' floor (foils)",
+                 "floor-subtracted", "gain over base", "floor rise over base", "gain minus floor rise"],
+        rows=rows,
+    )  # fmt: skip
+
+
+def _readers_text(readers: dict) -> str:
+    """The reading of the readers' gains with their floor subtracted, the one the targets read where foil labels
+    exist."""
+    parts = []
+    words = {"counted": "context-free requests counted", "not_counted": "not counted"}
+    for k, d in readers["differences"].items():
+        cells = [f"{words[x]}: " + (d[x]["floor_subtracted_gain"]["reading"] if isinstance(d[x], dict)
+                                    else "unknown (no context_free flag)") for x in words]  # fmt: skip
+        parts.append(f"{NAMES[k]} ({'; '.join(cells)})")
+    missing = [NAMES[k] for k, m in readers["models"].items() if not (m["n_real"] and m["n_foils"])]
+    return ("Read by blind readers with their own floor subtracted (their gain over the base model minus the rise of "
+            "their genuine rate on foil turns, table above), which the targets read where both models have foil "
+            "labels: " + ("; ".join(parts) if parts else "no trained model has real and foil labels beside the base "
+                          "model's yet")
+            + (f". No real and foil labels for {', '.join(missing)}" if missing else "") + ".")  # fmt: skip
 
 
 def hacking_target(check: dict | None) -> repro.Target:

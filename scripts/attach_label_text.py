@@ -7,7 +7,9 @@ The collab labels (`labels/followup/collab/MODEL.jsonl`) were made on a run's pr
 (`dataset`, `item_id`, `temperature`, `perturbation`, `sample`) and `turn_sha`, not its text, so a fresh clone could
 not judge them again. Given a run of the collab part that reproduces those turns (`RUN_DIR/probe_MODEL/samples.jsonl`),
 this adds `messages` and `user_turn` to every label whose turn hashes the same there, and says how many did not
-(those keep no text and `scripts/judge_calibration.py` leaves them out). Labels are never changed.
+(those keep no text and `scripts/judge_calibration.py` leaves them out). Labels are never changed. A foil label
+(`foil: true`, `fic review --foil-share`: the turn was shown after another context's conversation) is left as it is:
+its own context's text would not be what the reader saw.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def attach(label_rows: list[dict], samples: list[dict]) -> tuple[list[dict], int]:
     """`label_rows` with `messages` and `user_turn` from the sample of the same key and text hash; and how many found
-    none (their rows come back unchanged)."""
+    none (their rows come back unchanged). Foil labels come back unchanged and are not counted."""
     from fic.eval.rates import turn_sha
     from fic.followup_summary import row_key
 
     by_key = {row_key(s): s for s in samples}
     out, missing = [], 0
     for label in label_rows:
+        if label.get("foil") is True:
+            out.append(label)
+            continue
         sample = by_key.get(row_key(label))
         if sample is None or turn_sha(sample["user_turn"]) != label.get("turn_sha"):
             missing += 1
@@ -54,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         samples = [json.loads(line) for line in samples_path.read_text(encoding="utf-8").splitlines() if line.strip()]
         rows, missing = attach(labels, samples)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        print(f"{path.name}: text for {len(rows) - missing} of {len(rows)} labels ({missing} turns differ or absent)")
+        foils = sum(r.get("foil") is True for r in rows)
+        print(f"{path.name}: text for {len(rows) - foils - missing} of {len(rows) - foils} labels ({missing} turns "
+              f"differ or absent)" + (f"; {foils} foil labels left as they are" if foils else ""))  # fmt: skip
     return 0
 
 

@@ -64,7 +64,10 @@ TARGETS = {"trained_fpr_at_most": 0.10, "base_kappa_at_least": 0.5}
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The rows of a label file, foil labels left out (`foil: true`, `fic review --foil-share`: a turn shown after
+    another context's conversation, whose label is not about the turn after its own)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if r.get("foil") is not True]
 
 
 def transfer_turns(fitted: set[str]) -> list[dict]:
@@ -336,8 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     from fic.judges.provenance import prompt_hash
 
     test_items: dict[str, set[str]] = {}
-    for line in Path(args.labels).read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
+    for row in _jsonl(Path(args.labels)):
         if row["split"] == "test":
             test_items.setdefault(row["dataset"], set()).add(prompt_hash(row["messages"]))
     judges = transfer_judges(args.judge, **endpoint)

@@ -26,7 +26,10 @@ DEFAULT_OUT = LABELS / "likelihood_ratios.jsonl"
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The rows of a JSONL file, foil labels left out (`foil: true`, `fic review --foil-share`: a turn shown after
+    another context's conversation, not the turn after its own)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if r.get("foil") is not True]
 
 
 def labelled_turns() -> list[dict]:

@@ -64,6 +64,15 @@ bench: venv
 reproduce: venv
 	$(BIN)/python reproduce/run.py $(if $(PARTS),--parts $(PARTS))
 
+# Learning curves long enough to move (about 2 hours each on 2 cores; resumable; results in reproduce/studies/METHOD/).
+# Flags: make study-vasd SEEDS=0,1,2 STEPS=120 EVERY=15
+.PHONY: study-vasd study-rl
+study-vasd: venv
+	$(BIN)/python reproduce/study_vasd.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))
+
+study-rl: venv
+	$(BIN)/python reproduce/study_rl.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))
+
 quality: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -38,9 +38,12 @@ def test_no_test_reads_the_shared_folder():
 
 
 def test_a_skip_for_missing_data_fails_under_ci(tmp_path):
+    """In the test body and in a fixture's setup (as `shared_data` skips): the setup one is reported as an error."""
     (tmp_path / "test_needs.py").write_text(
         "import pytest\nfrom conftest import MISSING_DATA\n\n\n"
+        "@pytest.fixture\ndef data():\n    pytest.skip(f'{MISSING_DATA}: not here')\n\n\n"
         "def test_needs_data():\n    pytest.skip(f'{MISSING_DATA}: nowhere')\n\n\n"
+        "def test_needs_a_fixture_with_data(data):\n    pass\n\n\n"
         "def test_needs_a_browser():\n    pytest.skip('no Chromium')\n"
     )
 
@@ -51,7 +54,8 @@ def test_a_skip_for_missing_data_fails_under_ci(tmp_path):
         return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
     ci = run("true")
-    assert ci.returncode == 1 and "1 failed, 1 skipped" in ci.stdout, ci.stdout[-2000:]
+    assert ci.returncode == 1 and "1 failed, 1 skipped, 1 error" in ci.stdout, ci.stdout[-2000:]
     assert f"a failure under CI=true: {MISSING_DATA}: nowhere" in ci.stdout
+    assert f"a failure under CI=true: {MISSING_DATA}: not here" in ci.stdout
     local = run("")
-    assert local.returncode == 0 and "2 skipped" in local.stdout, local.stdout[-2000:]
+    assert local.returncode == 0 and "3 skipped" in local.stdout, local.stdout[-2000:]

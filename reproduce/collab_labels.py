@@ -47,32 +47,19 @@ def calibrated_rates(out: Path, models: list[str], committed: Path | None = None
     probe's summary.json. `label_maps`, when given, receives each labelled model's `{row key: genuine}` (for
     `calibrated_differences`), `label_rows` its label rows (for `reader_figures`)."""
     committed = COMMITTED_LABELS if committed is None else committed
-    from fic.eval.rates import LABELS_FILE, META_FILE, RatesError, overlap_items, read_labels
+    from fic.eval.rates import LABELS_FILE, overlap_items, read_labels
     from fic.followup_summary import row_key, summarize
 
     rerun = f"rm {out / 'section.json'}; python reproduce/run.py --parts collab --out {out.parent}"
     result = {}
     for name in models:
         folder = out / f"probe_{name}"
-        entry = {"folder": str(folder), "command": review_command(folder), "then": rerun}
-        labels_path, changed = folder / LABELS_FILE, []
-        rows = repro.read_jsonl(folder / "samples.jsonl")
-        if not labels_path.is_file() and (committed / f"{name}.jsonl").is_file():
-            entry["committed"] = str(committed / f"{name}.jsonl")
-            labels_path, changed = committed_labels(committed / f"{name}.jsonl", rows, folder)
-        if not labels_path.is_file():
-            result[name] = {**entry, "status": "no labels yet", "n_labels": 0}
+        found = attach(folder, LABELS_FILE, committed / f"{name}.jsonl", COMMITTED_COPY, read_labels, "labelled")
+        entry = {"folder": str(folder), "command": review_command(folder), "then": rerun, **found["entry"]}
+        if found["error"]:
+            result[name] = {**entry, "status": found["error"], "n_labels": 0}
             continue
-        entry["labels"] = str(labels_path)
-        meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
-        try:
-            labels = read_labels(labels_path, rows, meta.get("run_id"), folder)
-            if len(changed) > len(labels):
-                raise RatesError(f"{len(changed)} of {len(changed) + len(labels)} labelled turns differ in this run: "
-                                 "labels of another run")  # fmt: skip
-        except RatesError as err:
-            result[name] = {**entry, "status": f"labels not usable: {err}", "n_labels": 0}
-            continue
+        labels, changed, rows, meta = found["labels"], found["changed"], found["rows"], found["meta"]
         label_map = {row_key(r): bool(r["genuine"]) for r in labels}
         if label_maps is not None:
             label_maps[name] = label_map
@@ -135,6 +122,33 @@ def calibrated_target(name: str, what: str, cal: dict, rise: float | None, at_le
     return repro.Target(what, target, measured, met)
 
 
+def attach(folder: Path, own: str, committed: Path, copy_name: str, read, what: str) -> dict:
+    """A probe folder's labels of one kind: its own file `own` (written by `fic review`), else the committed file
+    attached by turn hash into `copy_name` (`committed_labels`), read with `read` (`read_labels` / `read_foil_labels`).
+    Returns {entry (where they came from), labels, changed (keys left out), rows, meta, error}: `error` is "no labels
+    yet" or why the labels are not usable (more than half of `what` turns differ: labels of another run)."""
+    from fic.eval.rates import META_FILE, RatesError
+
+    entry, path, changed = {}, folder / own, []
+    rows = repro.read_jsonl(folder / "samples.jsonl")
+    if not path.is_file() and committed.is_file():
+        entry["committed"] = str(committed)
+        path, changed = committed_labels(committed, rows, folder, copy_name)
+    found = {"entry": entry, "labels": None, "changed": changed, "rows": rows, "meta": {}, "error": None}
+    if not path.is_file():
+        return {**found, "error": "no labels yet"}
+    entry["labels"] = str(path)
+    meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
+    try:
+        labels = read(path, rows, meta.get("run_id"), folder)
+        if len(changed) > len(labels):
+            raise RatesError(f"{len(changed)} of {len(changed) + len(labels)} {what} turns differ in this run: "
+                             "labels of another run")  # fmt: skip
+    except RatesError as err:
+        return {**found, "meta": meta, "error": f"labels not usable: {err}"}
+    return {**found, "labels": labels, "meta": meta}
+
+
 def committed_labels(path: Path, rows: list[dict], folder: Path,
                      name: str = COMMITTED_COPY) -> tuple[Path, list[str]]:  # fmt: skip
     """The committed labels of `path` whose turn's text hashes the same in this run's `rows`, written to
@@ -173,30 +187,23 @@ def foil_labels(out: Path, models: list[str], committed: Path | None = None) -> 
     left_out, left_out_keys, command, ...}}`, `{model: foil label rows}` of the models whose labels are usable); the
     status says how many attached and names those that did not."""
     committed = COMMITTED_FOILS if committed is None else committed
-    from fic.eval.rates import FOIL_LABELS_FILE, META_FILE, RatesError, read_foil_labels
+    from fic.eval.rates import FOIL_LABELS_FILE, read_foil_labels
 
     status, found = {}, {}
     for name in models:
         folder = out / f"probe_{name}"
-        entry = {"command": foil_review_command(folder)}
-        path, changed = folder / FOIL_LABELS_FILE, []
-        rows = repro.read_jsonl(folder / "samples.jsonl")
-        if not path.is_file() and (committed / f"{name}.jsonl").is_file():
-            entry["committed"] = str(committed / f"{name}.jsonl")
-            path, changed = committed_labels(committed / f"{name}.jsonl", rows, folder, COMMITTED_FOIL_COPY)
-        if not path.is_file():
-            status[name] = {**entry, "status": "no foil labels", "n_foils": 0}
+        got = attach(folder, FOIL_LABELS_FILE, committed / f"{name}.jsonl", COMMITTED_FOIL_COPY, read_foil_labels,
+                     "labelled foil")  # fmt: skip
+        entry = {"command": foil_review_command(folder), **got["entry"]}
+        if got["error"]:
+            text = (
+                "no foil labels"
+                if got["error"] == "no labels yet"
+                else got["error"].replace("labels", "foil labels", 1)
+            )
+            status[name] = {**entry, "status": text, "n_foils": 0}
             continue
-        entry["labels"] = str(path)
-        meta = repro.read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
-        try:
-            foils = read_foil_labels(path, rows, meta.get("run_id"), folder)
-            if len(changed) > len(foils):
-                raise RatesError(f"{len(changed)} of {len(changed) + len(foils)} labelled foil turns differ in this "
-                                 "run: labels of another run")  # fmt: skip
-        except RatesError as err:
-            status[name] = {**entry, "status": f"foil labels not usable: {err}", "n_foils": 0}
-            continue
+        foils, changed = got["labels"], got["changed"]
         text = f"{len(foils)} of {len(foils) + len(changed)} foil labels attach" + (
             f" ({len(changed)} labelled turn(s) differ in this run, left out: {', '.join(changed)})" if changed else ""
         )

@@ -17,13 +17,7 @@ SCALE = repro.scale()
 # choices recorded in reproduce/dev_choices.json (`collab_sft`, `collab_rl`).
 CHOOSE_IN_RUN = repro.chooses_in_run()
 
-SETTINGS = {
-    "model": repro.MODEL,
-    "scale": SCALE,
-    "judge": repro.JUDGE,
-    "judge_version": repro.judge_version(),
-    **repro.load_settings("collab"),
-}
+SETTINGS = repro.part_settings("collab")
 # The judge of the training signals: the judge-filtered arm's filter and follow-up RL's reward (the recipes name it
 # too), contrastive; the probes judge plainly with `repro.JUDGE`.
 SETTINGS["training_judge"]["version"] = repro.judge_version(SETTINGS["training_judge"]["kind"])

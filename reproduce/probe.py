@@ -40,13 +40,7 @@ from repro import Section, Target
 
 TITLE = "User-turn probe (probe paper, Tables 1, 2 (base model), 3/5, 4, 6, 7 and Figures 1/4)"
 SCALE = repro.scale()
-SETTINGS = {
-    "model": repro.MODEL,
-    "scale": SCALE,
-    **repro.load_settings("probe", SCALE),
-    "judge": repro.JUDGE,
-    "judge_version": repro.judge_version(),
-}
+SETTINGS = repro.part_settings("probe")
 # Speed only (the samples do not depend on the batching): up to 16 prompts per batch, longest first, at most 8192
 # padded prompt tokens per batch, so HealthBench's 1,600-token conversations do not pad the short prompts.
 BATCHING = {"cpu": ["--batch-size", 16, "--max-batch-tokens", 8192], "gpu": ["--batch-size", 64]}[SCALE]

@@ -102,6 +102,12 @@ def load_settings(part: str, scale_: str | None = None) -> dict:
     return pick(data)
 
 
+def part_settings(part: str) -> dict:
+    """A judged part's `SETTINGS`: the model, the scale, `load_settings(part)` and the judge with its version (a part
+    folder judged by another judge is refused, not resumed)."""
+    return {"model": MODEL, "scale": scale(), **load_settings(part), "judge": JUDGE, "judge_version": judge_version()}
+
+
 @dataclasses.dataclass
 class Table:
     """One table of the report: `rows` are lists of cells (str or numbers), one per column."""

@@ -167,6 +167,15 @@ def interval_text(d: dict | None, key: str = "diff") -> str:
     return f"{100 * d[key]:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
+def save_figure(fig, path: Path) -> None:
+    """Write a study's figure (tight layout, 110 dpi) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(module, argv: list[str] | None = None) -> int:
     """Run the study `module` (see the module docstring); 0 when it finished, 1 on a failed step, 2 on a bad flag."""
     from fic.errors import FicError

@@ -304,9 +304,7 @@ def plot(summary: dict, path: Path) -> None:
     right.set_title("training: reward (solid) and judge-genuine share (dashed)", fontsize=9)
     right.set_xlabel("step")
     right.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    study.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,9 +219,7 @@ def plot(summary: dict, path: Path) -> None:
     fig.suptitle(
         f"VASD: {summary['task']}, {summary['test_tasks']} test tasks, {len(summary['seeds'])} seeds", fontsize=9
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    study.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

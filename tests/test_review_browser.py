@@ -239,6 +239,7 @@ def test_review_annotate_reload_and_inert_text(browser, review_server):
         {
             "label": "meta_planning",
             "genuine": False,
+            "context_free": False,
             "annotator": "tester",
             "reader": "r1",
             "time": list(saved.values())[0]["time"],

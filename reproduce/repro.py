@@ -69,12 +69,12 @@ def recorded_choice(key: str) -> dict:
     try:
         data = json.loads(DEV_CHOICES.read_text(encoding="utf-8"))
         choice = data[key]
-        commit = data["commit"]
+        commit = choice.get("commit", data["commit"])  # an entry recorded later names its own run
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StepError(f"recorded dev choice {key!r}: cannot read it from {DEV_CHOICES} ({exc}); run with "
                         "SCALE=gpu to make the choice inside the run") from exc  # fmt: skip
     file = DEV_CHOICES.relative_to(ROOT) if DEV_CHOICES.is_relative_to(ROOT) else DEV_CHOICES
-    return {**choice, "recorded": {"commit": commit, "file": str(file)}}
+    return {**{k: v for k, v in choice.items() if k != "commit"}, "recorded": {"commit": commit, "file": str(file)}}
 
 
 SETTINGS_DIR = ROOT / "reproduce" / "settings"

@@ -1,10 +1,13 @@
 """Collaboration post-training (Table 2) with controls: three collab-SFT data arms and follow-up RL from SmolLM2.
 
-`run` splits the data (held out, dev, training), probes the base model on the held-out contexts, builds the three SFT
-arms of the same size (`real`, `template_unfiltered`, `template_filtered`), chooses the learning rate and steps on dev
-(or reads the recorded choice at SCALE=cpu), trains each arm and follow-up RL at the chosen point, probes every model
-after the base model's held-out answers, and hands what it measured to `collab_report.build_section`. Every step
-resumes: fic commands in their `--out` folders, `repro.train` skips a saved model. Settings: `collab_settings`
+`run` splits the data (held out, dev, training), probes the base model on the held-out contexts and on IFBench items
+outside the judge's fit, builds the three SFT arms of the same size (`real`, `template_unfiltered`,
+`template_filtered`), chooses the learning rate and steps on dev (or reads the recorded choice at SCALE=cpu), trains
+each arm and follow-up RL at the chosen point once per training seed (`seeds`; the base model is one model), probes
+every trained model after the base model's held-out and IFBench answers, and hands what it measured to
+`collab_report.build_section`. Seed 0, the seed the blind labels were made on, keeps the one-seed folder names
+(`sft_real`, `probe_real`, `rl/lr6e-05`); seed 1 is `sft_real_seed1`, `probe_real_seed1`, `rl/lr6e-05_seed1`. Every
+step resumes: fic commands in their `--out` folders, `repro.train` skips a saved model. Settings: `collab_settings`
 (`reproduce/settings/collab.json`); why the part is set up this way and what it costs: `reproduce/results/README.md`,
 "How the collab part is set up".
 """
@@ -21,7 +24,18 @@ from pathlib import Path
 
 import repro
 from collab_report import build_section
-from collab_settings import ARMS, CHOOSE_IN_RUN, SETTINGS, TRAINING_JUDGE, point_key
+from collab_settings import (
+    ARMS,
+    CHOOSE_IN_RUN,
+    IFBENCH,
+    LABELLED_SEED,
+    SETTINGS,
+    TRAINING_JUDGE,
+    point_key,
+    run_name,
+    seed_overrides,
+    seeds,
+)
 from heldout import mt_bench_heldout_ids
 
 TITLE = "Collaboration post-training (Table 2): collab SFT data arms and follow-up RL, with controls"
@@ -200,6 +214,29 @@ def _probe(folder: Path, model: str, datasets: list[str], log: Path, seed_from: 
     return repro.read_json(folder / "summary.json")
 
 
+def ifbench_spec() -> str:
+    return f"{IFBENCH}:{repro.SHARED / 'ifbench' / 'IFBench_test.jsonl'}"
+
+
+def _ifbench(out: Path, name: str, model: str, log: Path) -> dict:
+    """The held-out probe's settings on the first `ifbench.limit` IFBench items outside the judge's fit, into
+    `ifbench_NAME`: the base model answers them once, and every trained model is probed after those answers (as
+    `_probe` does). Its own folder, so the held-out probes, their blind labels and their pooled rates stay as they
+    were."""
+    p = SETTINGS["probe"]
+    folder = out / f"ifbench_{name}"
+    base = out / "ifbench_base"
+    if name != "base" and not (folder / "responses.jsonl").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(base / "responses.jsonl", folder / "responses.jsonl")
+    repro.fic(["probe", "--model", model, "--datasets", ifbench_spec(), "--temperatures",
+               ",".join(map(str, p["temperatures"])), "--samples", p["samples"], "--judge", repro.JUDGE,
+               "--max-new-tokens", p["max_new_tokens"], "--response-tokens", p["response_tokens"],
+               "--responses", "model", "--batch-size", p["batch_size"], "--limit", SETTINGS["ifbench"]["limit"],
+               "--outside-judge-fit", "--seed", SETTINGS["seed"], "--out", folder], log)  # fmt: skip
+    return repro.read_json(folder / "summary.json")
+
+
 def _gsm8k(out: Path, name: str, model: str, log: Path) -> dict:
     """GSM8K test accuracy of the model's own greedy answers (the probe's `accuracy`; its user turns are not used)."""
     g = SETTINGS["gsm8k"]
@@ -346,12 +383,12 @@ def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
     if not CHOOSE_IN_RUN:
         rec = recorded_choice("collab_rl")
         lr = rec["chosen"]["learning_rate"]
-        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), out / "rl" / f"lr{lr:g}",
+        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), rl_folder(out, lr, LABELLED_SEED),
                        logs / f"train_rl_lr{lr:g}.log")  # fmt: skip
         return {**rec, "chosen": {**rec["chosen"], "model": str(model)}}
     dev, points = dev_specs(paths), []
     for lr in SETTINGS["rl"]["grid"]["learning_rate"]:
-        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), out / "rl" / f"lr{lr:g}",
+        model = _train(SETTINGS["rl_recipe"], rl_overrides(paths, lr), rl_folder(out, lr, LABELLED_SEED),
                        logs / f"train_rl_lr{lr:g}.log")  # fmt: skip
         summary = _probe(out / "dev" / f"probe_rl_lr{lr:g}", str(model), dev, logs / f"dev_probe_rl_lr{lr:g}.log",
                          seed_from=out / "dev" / "probe_base", samples=SETTINGS["dev"]["samples"])  # fmt: skip
@@ -359,25 +396,48 @@ def tune_rl(out: Path, paths: dict[str, Path], logs: Path) -> dict:
     return {**SETTINGS["rl"], "points": points, "chosen": choose(points)}
 
 
+def rl_folder(out: Path, lr: float, seed: int) -> Path:
+    """Follow-up RL's run at one rate and seed: `rl/lrRATE` at seed 0 (the folder the dev choice trains), else
+    `rl/lrRATE_seedN`."""
+    return out / "rl" / (f"lr{lr:g}" if seed == LABELLED_SEED else f"lr{lr:g}_seed{seed}")
+
+
 def run(out: Path) -> repro.Section:
     out = Path(out)
     logs = out / "logs"
+    trained_seeds = seeds()  # refused in one line before anything runs
     paths = split_data(out / "data")
     held = heldout_specs(paths)
 
-    # The held-out base measurement first; then the choice on dev; then each arm at the chosen point; RL; GSM8K last.
+    # The base measurements first (held out, then IFBench); then the choice on dev; then each arm at the chosen point
+    # and RL, seed 0 first (the labelled seed), then the other seeds; GSM8K last.
     probes = {"base": _probe(out / "probe_base", repro.MODEL, held, logs / "probe_base.log")}
+    ifbench = {"base": _ifbench(out, "base", repro.MODEL, logs / "ifbench_base.log")}
     arms = build_arms(out, paths, logs / "build_followups.log")
     tuning = tune(out, paths, arms, logs)
     lr, steps = tuning["chosen"]["learning_rate"], tuning["chosen"]["max_steps"]
     models = {"base": repro.MODEL}
-    for arm in ARMS:
-        models[arm] = str(_train(SETTINGS["sft_recipe"], sft_overrides(paths, arms[arm]["path"], lr, steps),
-                                 out / f"sft_{arm}", logs / f"train_{arm}.log"))  # fmt: skip
-        probes[arm] = _probe(out / f"probe_{arm}", models[arm], held, logs / f"probe_{arm}.log",
-                             seed_from=out / "probe_base")  # fmt: skip
-    rl_tuning = tune_rl(out, paths, logs)
-    models["rl"] = rl_tuning["chosen"]["model"]
-    probes["rl"] = _probe(out / "probe_rl", models["rl"], held, logs / "probe_rl.log", seed_from=out / "probe_base")
+    rl_tuning: dict = {}
+    for seed in trained_seeds:
+        for arm in ARMS:
+            name = run_name(arm, seed)
+            models[name] = str(_train(SETTINGS["sft_recipe"],
+                                      [*sft_overrides(paths, arms[arm]["path"], lr, steps), *seed_overrides(seed)],
+                                      out / f"sft_{name}", logs / f"train_{name}.log"))  # fmt: skip
+            probes[name] = _probe(out / f"probe_{name}", models[name], held, logs / f"probe_{name}.log",
+                                  seed_from=out / "probe_base")  # fmt: skip
+            ifbench[name] = _ifbench(out, name, models[name], logs / f"ifbench_{name}.log")
+        name = run_name("rl", seed)
+        if seed == LABELLED_SEED:  # the dev choice trains seed 0 (SCALE=cpu: the recorded rate only)
+            rl_tuning = tune_rl(out, paths, logs)
+            models[name] = rl_tuning["chosen"]["model"]
+        else:
+            rate = rl_tuning["chosen"]["learning_rate"]
+            models[name] = str(_train(SETTINGS["rl_recipe"], [*rl_overrides(paths, rate), *seed_overrides(seed)],
+                                      rl_folder(out, rate, seed), logs / f"train_rl_lr{rate:g}_seed{seed}.log"))  # fmt: skip
+        probes[name] = _probe(out / f"probe_{name}", models[name], held, logs / f"probe_{name}.log",
+                              seed_from=out / "probe_base")  # fmt: skip
+        ifbench[name] = _ifbench(out, name, models[name], logs / f"ifbench_{name}.log")
     acc = {k: _gsm8k(out, k, models[k], logs / f"gsm8k_{k}.log") for k in SETTINGS["gsm8k"]["models"]}
-    return build_section(out, paths, probes, acc, arms, tuning, rl_tuning)
+    return build_section(out, paths, probes, acc, arms, tuning, rl_tuning,
+                         ifbench=ifbench, model_paths=models, seeds=trained_seeds)  # fmt: skip

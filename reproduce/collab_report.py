@@ -1,5 +1,11 @@
 """The collab part's report: its summary.json entries, tables, targets and text (`build_section`) from what
-`collab.run` measured."""
+`collab.run` measured.
+
+A trained model at one training seed is read off its probes' summaries and `fic.followup_summary.compare`; at several
+seeds every rate and difference from the base model pools the seeds, its interval resampling seeds and contexts
+(`collab_seeds`), beside each seed's figures and their sd (`summary.seeds`). What the blind labels are read beside
+(calibrated figures, the readers' floor, the targets) stays on the labelled seed (`LABELLED_SEED`), and says so.
+IFBench items outside the judge's fit are a third dataset with rows of their own, never pooled into "overall"."""
 
 from __future__ import annotations
 
@@ -15,7 +21,20 @@ from collab_labels import (
     gain_target,
     reader_figures,
 )
-from collab_settings import ARMS, DATASETS, NAMES, SETTINGS, TRAINING_JUDGE, point_key
+from collab_seeds import INTERVAL, pooled_difference, pooled_rate, spread
+from collab_settings import (
+    ARMS,
+    DATASETS,
+    IFBENCH,
+    LABELLED_SEED,
+    NAMES,
+    REPORTED,
+    SETTINGS,
+    TRAINED,
+    TRAINING_JUDGE,
+    point_key,
+    run_name,
+)
 
 
 def _cell(summary: dict, dataset: str) -> dict | None:
@@ -76,10 +95,10 @@ TRAINED_NOT_CORRECTED = (
 )
 
 
-def _estimates(summary: dict, model: str = "base") -> dict:
+def _estimates(summary: dict, model: str = "base", datasets: tuple[str, ...] = DATASETS) -> dict:
     """raw, corrected and generic floor per dataset and overall of one probe summary. A trained model's corrected
     rate is left out (`TRAINED_NOT_CORRECTED`): only the base model's turns measured the judge's errors."""
-    out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in DATASETS}
+    out = {d: repro.estimate(summary["by_dataset"].get(d)) for d in datasets}
     out["overall"] = repro.estimate(summary.get("overall"))
     if model != "base":
         out = {
@@ -94,13 +113,13 @@ def arm_entries(arms: dict, estimates: dict, differences: dict, trained: dict) -
     out = {}
     for arm in ARMS:
         groups = {}
-        for d in (*DATASETS, "overall"):
+        for d in (*REPORTED, "overall"):
             e = estimates[arm].get(d) or {}
             diff = differences[arm]["overall"] if d == "overall" else differences[arm]["by_dataset"].get(d)
             groups[d] = {"raw": e.get("raw"), "corrected": e.get("corrected"), "generic_floor": e.get("generic_floor"),
                          "vs_base": diff}  # fmt: skip
         out[arm] = {"rows": arms[arm]["rows"], "sources": arms[arm]["sources"], "train": trained.get(arm, {}),
-                    "by_dataset": {d: groups[d] for d in DATASETS}, "overall": groups["overall"]}  # fmt: skip
+                    "by_dataset": {d: groups[d] for d in REPORTED}, "overall": groups["overall"]}  # fmt: skip
     return out
 
 
@@ -109,56 +128,177 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
+def _filtered(rows: list[dict], dataset: str | None = None, cell: bool = False) -> list[dict]:
+    """The rows of one dataset (all: None); `cell`: only the main table's cell (the probe temperature, unperturbed)."""
+    t = float(SETTINGS["probe"]["temperatures"][0])
+    return [r for r in rows if (dataset is None or r["dataset"] == dataset)
+            and (not cell or (float(r["temperature"]) == t and r["perturbation"] == "none"))]  # fmt: skip
+
+
+def _kept(d: dict | None, keys: tuple[str, ...] = KEEP) -> dict | None:
+    return {k: d[k] for k in keys} if d else None
+
+
+def _name(model: str, seed: int | None = None) -> str:
+    return NAMES[model] if seed is None or seed == LABELLED_SEED else f"{NAMES[model]}, seed {seed}"
+
+
+def figures(out: Path, probes: dict[str, dict], ifbench: dict[str, dict], models: list[str],
+             seeds: list[int]) -> dict:  # fmt: skip
+    """Every model's figures from its probe folders: the main table's cells (`cells`), its estimates (raw, corrected,
+    generic floor per dataset and overall, and IFBench) and its paired differences from the base model
+    (Holm-adjusted over the trained models), and the labelled seed's own (`labelled_*`: what the blind labels are
+    read beside). A trained model at one seed: the probe summaries and `compare`, as before seeds; at several: pooled
+    over its seeds with the seed-and-context bootstrap (`collab_seeds`), with each seed's figures and their spread
+    (`per_seed`)."""
+    from fic.followup_summary import compare
+
+    multi = len(seeds) > 1
+    rows = {k: repro.read_jsonl(out / f"probe_{k}" / "samples.jsonl") for k in models}  # the labelled seed's
+    if_rows = {k: repro.read_jsonl(out / f"ifbench_{k}" / "samples.jsonl") for k in models}
+
+    def one_seed(k: str, probe: dict, if_probe: dict, k_rows: list[dict], k_if: list[dict]) -> dict:
+        est = {**_estimates(probe, k), IFBENCH: _estimates(if_probe, k, (IFBENCH,))[IFBENCH]}
+        cells = {d: _cell(probe, d) for d in DATASETS} | {IFBENCH: _cell(if_probe, IFBENCH)}
+        if k == "base":
+            return {"estimates": est, "cells": cells}
+        diff = _differences(rows["base"], k_rows)
+        diff["by_dataset"][IFBENCH] = _kept(compare(if_rows["base"], k_if)["overall"])
+        return {"estimates": est, "cells": cells, "differences": diff}
+
+    labelled = {k: one_seed(k, probes[k], ifbench[k], rows[k], if_rows[k]) for k in models}
+    one = {k: v["differences"] for k, v in labelled.items() if k != "base"}
+    out_ = {"rows": rows, "labelled_estimates": {k: v["estimates"] for k, v in labelled.items()},
+            "labelled_differences": _holm_overall(one), "per_seed": {}, "spread": {}}  # fmt: skip
+    if not multi:
+        out_.update(estimates=out_["labelled_estimates"], differences=out_["labelled_differences"],
+                    cells={k: v["cells"] for k, v in labelled.items()})  # fmt: skip
+        return out_
+    estimates, cells, pooled = {"base": labelled["base"]["estimates"]}, {"base": labelled["base"]["cells"]}, {}
+    keep = (*KEEP, "n_seeds")
+    for k in (m for m in models if m != "base"):
+        runs = {s: repro.read_jsonl(out / f"probe_{run_name(k, s)}" / "samples.jsonl") for s in seeds}
+        if_runs = {s: repro.read_jsonl(out / f"ifbench_{run_name(k, s)}" / "samples.jsonl") for s in seeds}
+        groups = {**{d: {s: _filtered(r, d) for s, r in runs.items()} for d in DATASETS}, "overall": runs,
+                  IFBENCH: if_runs}  # fmt: skip
+        base = {**{d: _filtered(rows["base"], d) for d in DATASETS}, "overall": rows["base"], IFBENCH: if_rows["base"]}
+        estimates[k] = {g: {"raw": pooled_rate(r), "corrected": None, "corrected_note": TRAINED_NOT_CORRECTED,
+                            "generic_floor": pooled_rate(r, "generic_genuine")} for g, r in groups.items()}  # fmt: skip
+        cells[k] = {d: pooled_rate({s: _filtered(r, cell=True) for s, r in groups[d].items()}) for d in REPORTED}
+        pooled[k] = {"overall": _kept(pooled_difference(base["overall"], runs), keep),
+                     "by_dataset": {d: _kept(pooled_difference(base[d], groups[d]), keep) for d in REPORTED}}  # fmt: skip
+        per_seed = []
+        for s in seeds:
+            probe = repro.read_json(out / f"probe_{run_name(k, s)}" / "summary.json")
+            if_probe = repro.read_json(out / f"ifbench_{run_name(k, s)}" / "summary.json")
+            fig = one_seed(k, probe, if_probe, runs[s], if_runs[s])
+            per_seed.append({"seed": s,
+                             "raw": {g: (fig["estimates"][g] or {}).get("raw") for g in (*DATASETS, "overall", IFBENCH)},
+                             "generic_floor": {g: (fig["estimates"][g] or {}).get("generic_floor")
+                                               for g in (*DATASETS, "overall", IFBENCH)},
+                             "vs_base": {"overall": fig["differences"]["overall"], **fig["differences"]["by_dataset"]}})  # fmt: skip
+        out_["per_seed"][k] = per_seed
+        out_["spread"][k] = {
+            g: {"raw": spread([(r["raw"][g] or {}).get("rate") for r in per_seed]),
+                "generic_floor": spread([(r["generic_floor"][g] or {}).get("rate") for r in per_seed]),
+                "vs_base": spread([(r["vs_base"].get(g) or {}).get("diff") for r in per_seed])}
+            for g in (*DATASETS, "overall", IFBENCH)
+        }  # fmt: skip
+    out_.update(estimates=estimates, differences=_holm_overall(pooled), cells=cells)
+    return out_
+
+
+def _trained_info(out: Path, tuning: dict, seeds: list[int]) -> dict:
+    """Each arm's training: the chosen point, the labelled seed's loss and wall time, and at several seeds each
+    seed's (`per_seed`)."""
+
+    def one(k: str, seed: int) -> dict:
+        e = repro.read_json(out / f"sft_{run_name(k, seed)}" / "eval_summary.json")
+        return {"conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),
+                "wall_s": e.get("wall_s")}  # fmt: skip
+
+    info = {}
+    for k in ARMS:
+        info[k] = {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
+                   **one(k, LABELLED_SEED)}  # fmt: skip
+        if len(seeds) > 1:
+            info[k]["per_seed"] = [{"seed": s, **one(k, s)} for s in seeds]
+    return info
+
+
+def _rl_seed(model: str, seed: int) -> dict:
+    e = repro.read_json(Path(model) / "eval_summary.json")
+    return {"seed": seed, "reward_first_quarter": e["before"].get("mean_reward"),
+            "reward_last_quarter": e["after"].get("mean_reward"), "train_wall_s": e.get("wall_s"),
+            "reward_hacking": e.get("reward_hacking")}  # fmt: skip
+
+
 def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], acc: dict[str, dict], arms: dict,
-             tuning: dict, rl_tuning: dict) -> repro.Section:  # fmt: skip
+                  tuning: dict, rl_tuning: dict, ifbench: dict[str, dict] | None = None,
+                  model_paths: dict[str, str] | None = None, seeds: list[int] | None = None) -> repro.Section:  # fmt: skip
+    """The section from what `collab.run` measured: `probes` and `ifbench` (each run's probe summary, keyed by
+    `run_name`), `model_paths` (each run's model), `seeds` (the training seeds)."""
     judge = repro.judge_about()
     p, g = SETTINGS["probe"], SETTINGS["gsm8k"]
-    models = list(probes)
-    hb = {k: _cell(v, "healthbench") for k, v in probes.items()}
-    mtb = {k: _cell(v, "mt_bench") for k, v in probes.items()}
+    seeds = seeds or [LABELLED_SEED]
+    multi = len(seeds) > 1
+    ifbench = ifbench or {}
+    models = [k for k in probes if k in ("base", *TRAINED)]
+    m = figures(out, probes, ifbench, models, seeds)
+    rows, estimates, differences = m["rows"], m["estimates"], m["differences"]
+    hb = {k: c["healthbench"] for k, c in m["cells"].items()}
+    mtb = {k: c["mt_bench"] for k, c in m["cells"].items()}
+    ifb = {k: c[IFBENCH] for k, c in m["cells"].items()}
     acc_only = {k: {"accuracy": v.get("accuracy"), "n": v.get("n")} for k, v in acc.items()}
-    rows = {k: repro.read_jsonl(out / f"probe_{k}" / "samples.jsonl") for k in probes}
-    differences = _holm_overall({k: _differences(rows["base"], rows[k]) for k in models if k != "base"})
-    estimates = {k: _estimates(v, k) for k, v in probes.items()}
-    evals = {k: repro.read_json(out / f"sft_{k}" / "eval_summary.json") for k in ARMS}
-    trained = {k: {"learning_rate": tuning["chosen"]["learning_rate"], "max_steps": tuning["chosen"]["max_steps"],
-                   "conversations": (e.get("data") or {}).get("conversations"), "train_loss": e.get("train_loss"),
-                   "wall_s": e.get("wall_s")} for k, e in evals.items()}  # fmt: skip
+    trained = _trained_info(out, tuning, seeds)
     rl_eval = repro.read_json(Path(rl_tuning["chosen"]["model"]) / "eval_summary.json")
     curve = rl_eval.get("reward_curve", [])
+    rl_seeds = [_rl_seed(model_paths[run_name("rl", s)], s) for s in seeds] if multi else []
     label_maps: dict = {}
     label_rows: dict = {}
     calibrated = calibrated_rates(out, models, label_maps=label_maps, label_rows=label_rows)
     cal_diffs = _holm_overall(calibrated_differences(rows, label_maps))
     readers = reader_figures(out, models, label_rows, rows)
     n_rows = arms["real"]["rows"]
+    labelled_rise = {k: {d: floor_rise(m["labelled_estimates"], k, d) for d in (*DATASETS, "overall")}
+                     for k in models if k != "base"}  # fmt: skip
     summary = {
         "arms": arm_entries(arms, estimates, differences, trained),
         "generic_floor": {k: {d: e.get("generic_floor") for d, e in by.items()} for k, by in estimates.items()},
         "calibrated": calibrated,
         "calibrated_differences": cal_diffs,
-        "floor_rise": {k: {d: floor_rise(estimates, k, d) for d in (*DATASETS, "overall")} for k in models if k != "base"},
+        "floor_rise": {k: {d: floor_rise(estimates, k, d) for d in (*DATASETS, "overall", IFBENCH)} for k in models if k != "base"},
         "hyperparameters": tuning,
         "sft": {"arm": "template_filtered", "before": hb["base"], "after": hb["template_filtered"],
                 "mt_bench": {"before": mtb["base"], "after": mtb["template_filtered"]},
+                IFBENCH: {"before": ifb["base"], "after": ifb["template_filtered"]},
                 "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("template_filtered")},
                 "train_data": {"rows": n_rows, "sources": arms["template_filtered"]["sources"]},
                 "train_loss": trained["template_filtered"]["train_loss"],
                 "train_wall_s": trained["template_filtered"]["wall_s"]},
         "rl": {"before": hb["base"], "after": hb["rl"],
                "mt_bench": {"before": mtb["base"], "after": mtb["rl"]},
+               IFBENCH: {"before": ifb["base"], "after": ifb["rl"]},
                "gsm8k_accuracy": {"before": acc_only.get("base"), "after": acc_only.get("rl")},
                "reward_curve": curve, "reward_first_quarter": rl_eval["before"].get("mean_reward"),
                "reward_last_quarter": rl_eval["after"].get("mean_reward"),
                "train_contexts": rl_eval.get("train_contexts"), "train_wall_s": rl_eval.get("wall_s"),
-               "reward_hacking": rl_eval.get("reward_hacking"), "hyperparameters": rl_tuning},
+               "reward_hacking": rl_eval.get("reward_hacking"), "hyperparameters": rl_tuning,
+               **({"per_seed": rl_seeds} if multi else {})},
         "gsm8k_accuracy": acc_only,
         "heldout": {"healthbench_contexts": len(repro.read_jsonl(paths["hb_test"])), "mt_bench_contexts": len(repro.read_jsonl(paths["mtb_test"])),
-                    "temperature": p["temperatures"], "samples": p["samples"]},
-        "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS} for k in probes},
+                    "temperature": p["temperatures"], "samples": p["samples"],
+                    "ifbench_items": (ifb["base"] or {}).get("n_items"), "ifbench_about": SETTINGS["ifbench"]["items"]},
+        "turn_stats": {k: {d: _turn_stats(out / f"probe_{k}", d) for d in DATASETS}
+                       | {IFBENCH: _turn_stats(out / f"ifbench_{k}", IFBENCH)} for k in probes},
         "differences": differences,
         "estimates": estimates,
         "readers": readers,
+        "seeds": {"trained": seeds, "labelled": LABELLED_SEED, "base": "one model (no training seed)",
+                  "pooled_interval": INTERVAL if multi else "contexts (one seed: the probes' own intervals)",
+                  **({"models": {k: {"per_seed": m["per_seed"][k], "spread": m["spread"][k]} for k in m["per_seed"]},
+                      "labelled_differences": m["labelled_differences"], "labelled_floor_rise": labelled_rise}
+                     if multi else {})},
     }  # fmt: skip
     n_hb, n_mtb = summary["heldout"]["healthbench_contexts"], summary["heldout"]["mt_bench_contexts"]
     temps = ", ".join(map(str, p["temperatures"]))
@@ -174,47 +314,65 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
                  f"{tuning['dev']['contexts']['mt_bench']} MT-Bench training questions without a reference answer "
                  f"outside the judge's fit and {tuning['dev']['contexts']['healthbench']} single-turn HealthBench items; "
                  "training: MT-Bench questions with reference answers, the other single-turn HealthBench items, "
-                 f"GSM8K train{'; GSM8K test for accuracy' if measured else ''}"),
+                 f"GSM8K train{'; GSM8K test for accuracy' if measured else ''}; also IFBench: "
+                 f"{summary['heldout']['ifbench_items']} test items ({SETTINGS['ifbench']['items']}), never pooled "
+                 "into the held-out figures"),
         "sizes": (f"each SFT arm {n_rows} rows, {chosen['max_steps']} steps at learning rate {chosen['learning_rate']:g} "
                   f"(constant), batch 8, max_length 512 (keep_end); held-out contexts end with the base model's greedy "
                   f"answer ({p['response_tokens']} tokens), shared by all models; {p['samples']} user turns of at most "
                   f"{p['max_new_tokens']} tokens per context at T={temps}"
                   + (f"; GSM8K: first {g['limit']} test items" if measured else "")),
-        "seeds": f"seed {SETTINGS['seed']} for the split, the arms, training and sampling (one seed)",
+        "seeds": (f"seed {SETTINGS['seed']} for the split, the arms and sampling; training seeds "
+                  f"{', '.join(map(str, seeds))} for every SFT arm and follow-up RL (the base model is one model); the "
+                  f"blind labels are of seed {LABELLED_SEED}'s turns" if multi else
+                  f"seed {SETTINGS['seed']} for the split, the arms, training and sampling (one seed)"),
         "judge": repro.judge_line(judge),
     }  # fmt: skip
+    n_if = summary["heldout"]["ifbench_items"]
     main = repro.Table(
         caption=f"Held-out genuine follow-up rate (%, 95% interval clustered by context, n turns) at T={temps}"
-                + (", and GSM8K accuracy" if measured else " (GSM8K accuracy not measured at SCALE=cpu)"),
+                + (f"; each trained model pooled over its {len(seeds)} training seeds, the interval resampling seeds "
+                   "and contexts" if multi else "")
+                + (", and GSM8K accuracy" if measured else " (GSM8K accuracy not measured at SCALE=cpu)")
+                + "; IFBench items outside the judge's fit in a column of their own",
         columns=["model", f"HealthBench multi-turn ({n_hb} contexts)", f"MT-Bench held-out ({n_mtb} contexts)",
-                 *([f"GSM8K test accuracy (n={g['limit']})"] if measured else [])],
+                 *([f"GSM8K test accuracy (n={g['limit']})"] if measured else []), f"IFBench ({n_if} items)"],
         rows=[[NAMES[k], repro.rate_cell(hb[k]), repro.rate_cell(mtb[k]),
                *(["not measured" if k not in acc_only or acc_only[k]["accuracy"] is None
-                  else f"{100 * acc_only[k]['accuracy']:.1f}"] if measured else [])] for k in probes],
+                  else f"{100 * acc_only[k]['accuracy']:.1f}"] if measured else []), repro.rate_cell(ifb[k])]
+              for k in models],
     )  # fmt: skip
     arm_table = repro.Table(
         caption=f"SFT data arms of the same budget ({n_rows} rows, {chosen['max_steps']} steps, learning rate "
                 f"{chosen['learning_rate']:g}): raw, judge-corrected and generic-floor rate (%), and the paired "
                 "difference from the base model on the same held-out contexts (points, 95% cluster-bootstrap "
-                "interval, p); an effect is claimed only where the interval excludes 0",
+                "interval, p); an effect is claimed only where the interval excludes 0"
+                + (f"; each arm pooled over its {len(seeds)} training seeds, every interval resampling seeds and "
+                   "contexts together (the base model is one model)" if multi else "")
+                + "; overall pools HealthBench and MT-Bench, IFBench is reported apart",
         columns=["arm", "dataset", "raw", "corrected", "generic floor", "difference from base"],
         rows=[[NAMES[a], d, repro.interval_cell(e["raw"]), repro.interval_cell(e["corrected"]),
                repro.interval_cell(e["generic_floor"]), (e["vs_base"] or {}).get("reading", "n/a")]
-              for a, entry in summary["arms"].items() for d, e in [*entry["by_dataset"].items(),
-                                                                    ("overall", entry["overall"])]],
+              for a, entry in summary["arms"].items()
+              for d, e in [*((d, entry["by_dataset"][d]) for d in DATASETS), ("overall", entry["overall"]),
+                           (IFBENCH, entry["by_dataset"][IFBENCH])]],
     )  # fmt: skip
     compared = repro.Table(
         caption="Each trained model against the base model on the same held-out contexts: the paired difference of the "
                 "genuine rate (points, 95% cluster-bootstrap interval over contexts, p); an effect is claimed only "
-                "where the interval excludes 0",
+                "where the interval excludes 0"
+                + (f"; trained models pooled over {len(seeds)} training seeds, seeds and contexts resampled together"
+                   if multi else ""),
         columns=["model", "dataset", "difference from base"],
         rows=[[NAMES[k], d, (differences[k]["by_dataset"].get(d) or {}).get("reading", "n/a")]
-              for k in differences for d in DATASETS],
+              for k in differences for d in REPORTED],
     )  # fmt: skip
     floors = repro.Table(
         caption="Raw rate, judge-corrected rate (Rogan-Gladen, from the judge's error on labelled held-out turns) and "
                 "generic floor (share still judged genuine after the context's answer is swapped for another "
-                "context's), %, 95% intervals, for every model",
+                "context's), %, 95% intervals, for every model"
+                + (f" (trained models pooled over {len(seeds)} training seeds, seeds and contexts resampled)" if multi
+                   else ""),
         columns=["model", "dataset", "raw", "corrected", "generic floor"],
         rows=[[NAMES[k], d, repro.interval_cell(e.get("raw")), repro.interval_cell(e.get("corrected")),
                repro.interval_cell(e.get("generic_floor"))] for k, by in estimates.items() for d, e in by.items()],
@@ -246,71 +404,79 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
     )  # fmt: skip
     calib = repro.Table(
         caption="Calibrated (prediction-powered) rate from blind labels of about 30 held-out turns per model (%, 95% "
-                "interval), beside the judge's raw rate; without labels, the command that writes them",
+                "interval), beside the judge's raw rate; without labels, the command that writes them"
+                + (f"; a trained model's labels and raw rate are of training seed {LABELLED_SEED}, the seed whose "
+                   "turns were labelled" if multi else ""),
         columns=["model", "labels", "raw (judge)", "calibrated: HealthBench", "calibrated: MT-Bench",
                  "calibrated: overall", "to label"],
-        rows=[[NAMES[k], c["status"], repro.interval_cell(estimates[k]["overall"].get("raw")),
+        rows=[[NAMES[k], c["status"], repro.interval_cell(m["labelled_estimates"][k]["overall"].get("raw")),
                *[repro.interval_cell((c.get("by_dataset") or {}).get(d)) for d in DATASETS],
                repro.interval_cell(c.get("overall")), "" if c["n_labels"] else f"`{c['command']}`"]
               for k, c in calibrated.items()],
     )  # fmt: skip
-    t = f"t{float(p['temperatures'][0])}"
-    label_names = sorted({lab for v in probes.values() for d in DATASETS
-                          for lab in v["genuine_rate"].get(d, {}).get(t, {}).get("none", {}).get("labels", {})})  # fmt: skip
+    shares = _label_shares(out, models, seeds)
+    label_names = sorted({lab for by in shares.values() for d in by.values() for lab in d})
     labels = repro.Table(
-        caption="Judge labels of the held-out turns (% of turns per model and dataset)",
+        caption="Judge labels of the held-out turns (% of turns per model and dataset)"
+                + (f"; a trained model's turns of all {len(seeds)} training seeds" if multi else ""),
         columns=["model", "dataset", *label_names],
-        rows=[[NAMES[k], d, *[f'{100 * v["genuine_rate"][d][t]["none"]["labels"].get(lab, 0.0):.1f}'
-                              for lab in label_names]]
-              for k, v in probes.items() for d in DATASETS if d in v["genuine_rate"]],
+        rows=[[NAMES[k], d, *[f"{100 * v.get(lab, 0.0):.1f}" for lab in label_names]]
+              for k, by in shares.items() for d, v in by.items()],
     )  # fmt: skip
     stats = repro.Table(
         caption="Signs of judge gaming in the held-out turns: mean words, share of distinct turns, share ending in '?', "
                 "and the most common turn with its share",
         columns=["model", "dataset", "mean words", "distinct", "ends in ?", "most common turn", "its share"],
-        rows=[[NAMES[k], d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
+        rows=[[_run_label(k), d, s.get("mean_words"), s.get("distinct"), s.get("asks"), s.get("top_turn"),
                s.get("top_share")]
               for k, v in summary["turn_stats"].items() for d, s in v.items()],
     )  # fmt: skip
     reward = repro.Table(
-        caption=f"Follow-up RL reward curve (GRPO, reward from the `{TRAINING_JUDGE}` judge, contrastive; per logged step)",
+        caption=f"Follow-up RL reward curve (GRPO, reward from the `{TRAINING_JUDGE}` judge, contrastive; per logged step)"
+                + (f", training seed {LABELLED_SEED} (every seed's first and last quarter: the paragraph on training seeds)"
+                   if multi else ""),
         columns=["step", "mean reward", "reward std", "genuine share", "mean completion tokens"],
         rows=[[c["step"], c.get("reward"), c.get("reward_std"), c.get("followup/genuine_rate"),
                c.get("completions/mean_length")] for c in curve],
     )  # fmt: skip
     shown = repro.Table(
         caption="Held-out user turns of every trained model (5 per dataset), judged by the validated judge (end of the "
-                "context shown; judge-gaming check)",
+                "context shown; judge-gaming check)" + (f"; training seed {LABELLED_SEED}" if multi else ""),
         columns=["model", "dataset", "item", "end of the assistant answer", "model's user turn", "judge label"],
         rows=[[NAMES[k], r["dataset"], str(r["item_id"])[:10], _short(r["messages"][-1]["content"], 100),
                " ".join(r["user_turn"].split())[:200], r["label"]]
               for k in models if k != "base" for r in _shown_turns(out / f"probe_{k}")],
     )  # fmt: skip
+    one = m["labelled_differences"]
     cal_table = repro.Table(
         caption="Each trained model against the base model, read by blind readers: the calibrated (PPI++) difference "
                 "paired by context (points, 95% interval, p), beside the judge's difference and the rise in generic "
-                "floor; fewer than 10 labelled contexts (HealthBench: 9) are not estimable",
+                "floor; fewer than 10 labelled contexts (HealthBench: 9) are not estimable"
+                + (f"; every figure here is of training seed {LABELLED_SEED}, the seed whose turns were labelled "
+                   "(the judge's pooled figures are in the tables above)" if multi else ""),
         columns=["model", "dataset", "judge: difference from base", "calibrated: difference from base",
                  "generic floor rise (points)"],
-        rows=[[NAMES[k], d, ((differences[k]["overall"] if d == "overall" else differences[k]["by_dataset"].get(d))
+        rows=[[NAMES[k], d, ((one[k]["overall"] if d == "overall" else one[k]["by_dataset"].get(d))
                              or {}).get("reading", "n/a"),
                (((cal_diffs.get(k) or {}).get("overall") if d == "overall"
                  else ((cal_diffs.get(k) or {}).get("by_dataset") or {}).get(d)) or {}).get("reading", "no labels"),
-               "n/a" if summary["floor_rise"][k][d] is None else f"{100 * summary['floor_rise'][k][d]:+.1f}"]
-              for k in differences for d in (*DATASETS, "overall")],
+               "n/a" if labelled_rise[k][d] is None else f"{100 * labelled_rise[k][d]:+.1f}"]
+              for k in one for d in (*DATASETS, "overall")],
     )  # fmt: skip
     # Targets are read off the calibrated differences (pooled over the 29 held-out contexts: HealthBench's 9 alone are
     # not estimable), minus the rise in generic floor, at the interval's lower end; where the readers labelled foil
-    # turns of the model and of the base model, off the readers' gain minus the rise of their own floor instead.
+    # turns of the model and of the base model, off the readers' gain minus the rise of their own floor instead. Both
+    # are of the labelled seed's turns, and so is the floor rise they subtract.
+    on_seed = f", training seed {LABELLED_SEED} (the labelled one)" if multi else ""
     targets = [
         gain_target("template_filtered", "collab SFT gain on the held-out contexts, read by blind readers "
-                    "(judge-filtered template arm, the method; paper: +17.7 points on HealthBench)", readers,
-                    cal_diffs, summary["floor_rise"]["template_filtered"]["overall"], 0.15),
+                    f"(judge-filtered template arm, the method; paper: +17.7 points on HealthBench){on_seed}", readers,
+                    cal_diffs, labelled_rise["template_filtered"]["overall"], 0.15),
         gain_target("rl", "follow-up RL above base on the held-out contexts, read by blind readers "
                     f"(reward {summary['rl']['reward_first_quarter']} -> {summary['rl']['reward_last_quarter']}, "
-                    "first -> last quarter of steps)", readers, cal_diffs, summary["floor_rise"]["rl"]["overall"],
-                    1e-9),
-        hacking_target(summary["rl"]["reward_hacking"]),
+                    f"first -> last quarter of steps){on_seed}", readers, cal_diffs,
+                    labelled_rise["rl"]["overall"], 1e-9),
+        hacking_target(summary["rl"]["reward_hacking"], {r["seed"]: r["reward_hacking"] for r in rl_seeds}),
     ]  # fmt: skip
     src = arms["template_filtered"]["sources"]
     labelled = [k for k, c in calibrated.items() if c["n_labels"]]
@@ -361,20 +527,126 @@ def build_section(out: Path, paths: dict[str, Path], probes: dict[str, dict], ac
             "GSM8K accuracy is not measured in this part at SCALE=cpu (for time): the probe part reports the base "
             "model's GSM8K accuracy, and in the run of 2026-12-02 the base model scored 0 of 20 here, so a trained "
             "model could not show a loss there; SCALE=gpu measures the base model's.")),
+        *([_seeds_text(seeds, rl_seeds)] if multi else []),
     ]  # fmt: skip
-    for k in models:
-        st = summary["turn_stats"][k].get("healthbench")
-        if k != "base" and st and st["top_share"] >= 0.25:
-            text.append(
-                f"**Read the {NAMES[k]} rate with its turns.** Its most common held-out HealthBench turn is "
-                f'"{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; {100 * st["distinct"]:.0f}% of '
-                "its turns are distinct): compare its rate with its generic floor."
-            )
+    text += _gaming_text(summary["turn_stats"], models, seeds)
     return repro.Section(summary=summary, about=about,
-                         tables=[main, arm_table, compared, floors, grid, rl_grid, calib, cal_table,
+                         tables=[main, arm_table, compared, *([seeds_table(m, differences, seeds)] if multi else []),
+                                 floors, grid, rl_grid, calib, cal_table,
                                  *([readers_table(readers)] if readers["measured"] else []), labels, stats, reward,
                                  shown],
                          text=text, targets=targets)  # fmt: skip
+
+
+def _run_label(run: str) -> str:
+    """A run's name for a table: `SFT: real follow-ups` (the labelled seed, or the base model), `..., seed 1`."""
+    for k in ("base", *TRAINED):
+        if run == k:
+            return NAMES[k]
+        if run.startswith(f"{k}_seed") and run[len(k) + 5 :].isdigit():
+            return _name(k, int(run[len(k) + 5 :]))
+    return run
+
+
+def _gaming_text(turn_stats: dict, models: list[str], seeds: list[int]) -> list[str]:
+    """A paragraph per trained model whose most common held-out HealthBench turn is a quarter or more of its turns
+    (at any training seed): its rate is to be read with its turns and its generic floor."""
+    out = []
+    for k in models:
+        if k == "base":
+            continue
+        hits = [(s, st) for s in seeds if (st := turn_stats[run_name(k, s)].get("healthbench"))
+                and st["top_share"] >= 0.25]  # fmt: skip
+        if not hits:
+            continue
+        if len(seeds) == 1:
+            st = hits[0][1]
+            out.append(f"**Read the {NAMES[k]} rate with its turns.** Its most common held-out HealthBench turn is "
+                       f'"{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; {100 * st["distinct"]:.0f}% '
+                       "of its turns are distinct): compare its rate with its generic floor.")  # fmt: skip
+            continue
+        found = "; ".join(f'seed {s}: "{st["top_turn"]}" ({100 * st["top_share"]:.0f}% of its turns; '
+                          f'{100 * st["distinct"]:.0f}% distinct)' for s, st in hits)  # fmt: skip
+        out.append(f"**Read the {NAMES[k]} rate with its turns.** Its most common held-out HealthBench turn, at "
+                   f"{len(hits)} of its {len(seeds)} training seeds, is a quarter or more of its turns ({found}): "
+                   "compare its rate with its generic floor.")  # fmt: skip
+    return out
+
+
+def _label_shares(out: Path, models: list[str], seeds: list[int]) -> dict:
+    """Per model and dataset (the held-out ones, then IFBench), the share of each judge label among its turns at the
+    probe temperature, unperturbed: every training seed's turns of a trained model."""
+    from fic.metrics import label_distribution
+
+    shares = {}
+    for k in models:
+        runs = [run_name(k, s) for s in (seeds if k != "base" else [None])]
+        rows = {kind: [r for run in runs for r in repro.read_jsonl(out / f"{kind}_{run}" / "samples.jsonl")]
+                for kind in ("probe", "ifbench")}  # fmt: skip
+        shares[k] = {}
+        for d in REPORTED:
+            cell = _filtered(rows["ifbench" if d == IFBENCH else "probe"], d, cell=True)
+            if cell:
+                shares[k][d] = label_distribution([r["label"] for r in cell])
+    return shares
+
+
+def seeds_table(m: dict, differences: dict, seeds: list[int]) -> repro.Table:
+    """Each trained model at each training seed: its raw rate and its difference from the base model (one seed each,
+    item-clustered, as a one-seed run reports them), the sd over seeds, and the pooled difference whose interval
+    resamples seeds and contexts."""
+
+    def pct(x: float | None, sign: bool = False) -> str:
+        return "n/a" if x is None else (f"{100 * x:+.1f}" if sign else f"{100 * x:.1f}")
+
+    def sd(cell: dict | None) -> str:
+        return "n/a" if cell is None else f"{100 * cell['sd']:.1f}"
+
+    rows = []
+    for k, per_seed in m["per_seed"].items():
+        for g in (*DATASETS, "overall", IFBENCH):
+            pooled = differences[k]["overall"] if g == "overall" else differences[k]["by_dataset"].get(g)
+            few = next((repro.few_clusters(r["raw"][g]) for r in per_seed if repro.few_clusters(r["raw"][g])), None)
+            rows.append([NAMES[k], g, few or " / ".join(pct((r["raw"][g] or {}).get("rate")) for r in per_seed),
+                         "n/a" if few else sd(m["spread"][k][g]["raw"]),
+                         " / ".join(pct((r["vs_base"].get(g) or {}).get("diff"), True) for r in per_seed),
+                         sd(m["spread"][k][g]["vs_base"]), (pooled or {}).get("reading", "n/a")])  # fmt: skip
+    return repro.Table(
+        caption=f"Trained models at each training seed ({' / '.join(map(str, seeds))}): the judge's raw rate (%) and "
+        "the paired difference from the base model (points; HealthBench's 9 contexts are not estimable), "
+        "with their sd over the seeds, beside the pooled difference whose 95% interval resamples seeds and "
+        "contexts together (Holm-adjusted over the trained models on overall)",
+        columns=[
+            "model",
+            "dataset",
+            "raw rate per seed",
+            "sd over seeds",
+            "difference from base per seed",
+            "sd over seeds",
+            "pooled difference (seeds and contexts resampled)",
+        ],
+        rows=rows,
+    )
+
+
+def _seeds_text(seeds: list[int], rl_seeds: list[dict]) -> str:
+    """What the training seeds are and how the pooled figures read them."""
+    n = len(seeds)
+    rewards = "; ".join(
+        f"seed {r['seed']} {r['reward_first_quarter']} -> {r['reward_last_quarter']}" for r in rl_seeds
+    )
+    return (f"Training seeds: every SFT arm and follow-up RL was trained and probed at seeds "
+            f"{', '.join(map(str, seeds))} (the split, the arms' rows, the base model's held-out answers and the "
+            "probe's sampling seed are the same at every seed: only training differs); the base model is one model. "
+            "Every rate and difference of a trained model pools its seeds, with an interval that resamples seeds and "
+            "contexts together (`fic.bootstrap.seed_task_bootstrap`, as in the VASD part, one draw for every model, "
+            "so differences stay paired by context): it widens where the seeds disagree, which an interval over "
+            f"contexts alone never does, and with {n} seeds it still understates their variance by about "
+            f"{100 / n:.0f}% ((S - 1) / S). Each seed's own rate and difference, and their sd over the seeds, are in "
+            "the per-seed table. The blind labels and what is read off them (calibrated figures, the readers' figures "
+            f"from foil labels, the targets) and the turns shown are of seed {LABELLED_SEED}'s turns, the seed that was "
+            "labelled. Follow-up RL's "
+            f"mean reward, first -> last quarter of steps: {rewards}.")  # fmt: skip
 
 
 READINGS = {"counted": "counted genuine", "not_counted": "not counted"}
@@ -457,10 +729,22 @@ def _readers_text(readers: dict) -> str:
             + (f". No real and foil labels for {', '.join(missing)}" if missing else "") + ".")  # fmt: skip
 
 
-def hacking_target(check: dict | None) -> repro.Target:
+def hacking_target(check: dict | None, per_seed: dict[int, dict | None] | None = None) -> repro.Target:
     """Follow-up RL's reward against the judge-genuine share on every logged window (`fic.trainers.reward_hacking`):
-    a window where the reward rises while the genuine share falls is the policy gaming the reward."""
+    a window where the reward rises while the genuine share falls is the policy gaming the reward. `per_seed`
+    (several training seeds): every seed's check, each of which must flag no window."""
     what = "follow-up RL's reward and judge-genuine share move together on every logged window"
+    if per_seed and len(per_seed) > 1:
+        parts, met = [], True
+        for seed, c in per_seed.items():
+            if not c or not c.get("windows"):
+                parts.append(f"seed {seed}: no reward-hacking check in its eval_summary.json")
+                met = False
+                continue
+            parts.append(f"seed {seed}: {c['flagged']} of {len(c['windows'])} windows of {c['window']} logged steps "
+                         "flagged" + (f" ({c['warning']})" if c.get("warning") else ""))  # fmt: skip
+            met = met and c["flagged"] == 0
+        return repro.Target(f"{what}, at every training seed", "no window flagged", "; ".join(parts), met)
     if not check or not check.get("windows"):
         return repro.Target(what, "no window flagged", "no reward-hacking check in the run's eval_summary.json", False)
     windows = check["windows"]

@@ -48,7 +48,7 @@ def _fake_probe(args: list[str], calls: list) -> None:
     out.mkdir(parents=True, exist_ok=True)
     specs = get("--datasets").split(",")
     limit = int(get("--limit"))
-    calls.append({"model": model, "datasets": specs, "out": out})
+    calls.append({"model": model, "datasets": specs, "out": out, "args": args})
     rows = []
     for spec in specs:
         dataset = spec.split(":", 1)[0]
@@ -85,8 +85,12 @@ def _fake_build(args: list[str]) -> None:
 
 
 def _fake_train(recipe: str, overrides: list[str], output_dir: Path, log: Path, trained: list) -> Path:
+    """A stand-in for `repro.train`: skips a saved model (config.json) as it does, else records the run."""
     output_dir = Path(output_dir)
+    if (output_dir / "config.json").exists():
+        return output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.json").write_text("{}")
     values = dict(o.split("=", 1) for o in overrides)
     trained.append({"recipe": recipe, "dir": output_dir, **values})
     if values.get("save_steps"):
@@ -110,10 +114,13 @@ def _import_part(monkeypatch, scale: str):
     return part
 
 
-def _run_part(out: Path, monkeypatch, scale: str, committed_foils: Path | None = None):
+def _run_part(out: Path, monkeypatch, scale: str, committed_foils: Path | None = None, seeds: list[int] | None = None):
     """The part run at `scale` with made-up commands: (part, section, out, probe calls, training runs, plans).
-    `committed_foils` stands for labels/followup/collab_foils (default: a folder that does not exist)."""
+    `committed_foils` stands for labels/followup/collab_foils (default: a folder that does not exist); `seeds`: the
+    training seeds (default: the settings')."""
     part = _import_part(monkeypatch, scale)
+    if seeds is not None:
+        monkeypatch.setitem(part.SETTINGS, "seeds", seeds)
     calls, trained, plans = [], [], []
 
     def fake_fic(args, log):
@@ -185,11 +192,19 @@ def test_arms_have_the_same_size_and_the_real_arm_no_heldout_or_dev_item(collab_
     unf, fil = ([json.loads(x) for x in (data / "arms" / a / "train.jsonl").read_text().splitlines()]
                 for a in ("template_unfiltered", "template_filtered"))  # fmt: skip
     assert [r["messages"][:-1] for r in unf] == [r["messages"][:-1] for r in fil]
-    # every arm trained with the same steps and learning rate, the chosen ones
+    # every arm trained with the same steps and learning rate, the chosen ones, once per training seed
     chosen = section.summary["hyperparameters"]["chosen"]
     arm_runs = [t for t in trained if t["dir"].name.startswith("sft_")]
-    assert len(arm_runs) == 3 and {(t["learning_rate"], t["max_steps"]) for t in arm_runs} == {
+    assert sorted(t["dir"].name for t in arm_runs) == sorted(
+        f"sft_{part.run_name(a, s)}" for a in part.ARMS for s in part.seeds()
+    )
+    assert {(t["learning_rate"], t["max_steps"]) for t in arm_runs} == {
         (str(chosen["learning_rate"]), str(chosen["max_steps"]))}  # fmt: skip
+    assert {t["dir"].name: t.get("seed") for t in arm_runs if t["dir"].name.startswith("sft_real")} == {
+        "sft_real": None,
+        "sft_real_seed1": "1",
+        "sft_real_seed2": "2",
+    }  # seed 0: the recipe's own seed
 
 
 def test_the_choice_reads_dev_contexts_only(collab_in_run):
@@ -233,8 +248,13 @@ def test_the_choice_reads_dev_contexts_only(collab_in_run):
 def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(collab_in_run):
     part, section, out, calls, trained, _ = collab_in_run
     rl = section.summary["rl"]["hyperparameters"]
-    runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    every = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    runs = [t for t in every if "seed" not in t]  # the dev choice trains seed 0 at every rate of the grid
     assert sorted(float(t["learning_rate"]) for t in runs) == part.SETTINGS["rl"]["grid"]["learning_rate"]
+    # the other seeds at the chosen rate only, in folders of their own
+    others = {t["dir"].name: (float(t["learning_rate"]), t["seed"]) for t in every if "seed" in t}
+    lr = rl["chosen"]["learning_rate"]
+    assert others == {f"lr{lr:g}_seed{s}": (lr, str(s)) for s in part.seeds()[1:]}
     assert [p["learning_rate"] for p in rl["points"]] == part.SETTINGS["rl"]["grid"]["learning_rate"]
     # every RL run trains with the part's overrides of the recipe (half its steps) and the rate as the last word
     assert all(t["max_steps"] == "4" for t in runs) and "max_steps=4" in part.SETTINGS["rl"]["overrides"]
@@ -242,14 +262,18 @@ def test_rl_learning_rate_is_chosen_on_dev_and_only_the_chosen_run_is_held_out(c
     assert rl["chosen"]["score"] == pytest.approx(max(p["score"] for p in rl["points"]), abs=1e-9)
     rl_calls = [c for c in calls if "/rl/" in c["model"]]
     dev = [c for c in rl_calls if all("dev.jsonl" in s for s in c["datasets"])]
-    held = [c for c in rl_calls if any("test.jsonl" in s and "gsm8k" not in s for s in c["datasets"])]
-    assert len(dev) == 2 and [c["model"] for c in held] == [rl["chosen"]["model"]]
+    held = [c for c in rl_calls if c["out"].parent == out and c["out"].name.startswith("probe_rl")]
+    assert len(dev) == 2 and [c["model"] for c in held] == [
+        rl["chosen"]["model"],
+        *(str(out / "rl" / f"lr{lr:g}_seed{s}") for s in part.seeds()[1:]),
+    ]
     assert any(t.caption.startswith("Follow-up RL learning rate chosen") for t in section.tables)
     assert "recorded" not in rl and "recorded" not in section.summary["hyperparameters"]
     # GSM8K accuracy of the base model at SCALE=gpu, in the summary and the main table
     assert [c["model"] for c in calls if "gsm8k" in c["out"].name] == [repro.MODEL]
     assert section.summary["sft"]["gsm8k_accuracy"]["before"]["accuracy"] == 0.1
-    assert section.tables[0].columns[-1].startswith("GSM8K test accuracy")
+    assert section.tables[0].columns[-2].startswith("GSM8K test accuracy")
+    assert section.tables[0].columns[-1].startswith("IFBench")
 
 
 def test_choose_breaks_ties_toward_fewer_steps_and_the_lower_rate():
@@ -349,7 +373,9 @@ def test_calibrated_differences_and_targets_read_off_the_lower_end_minus_the_flo
     keys = {m: {part_key(r): bool(r["genuine"]) for r in rows[m]} for m in rows}  # every turn labelled as judged
     diffs = calibrated_differences(rows, keys)
     overall = diffs["template_filtered"]["overall"]
-    judged = section.summary["differences"]["template_filtered"]["overall"]
+    # the labelled seed's judged difference (the pooled one, over the seeds, when there are several)
+    judged = (section.summary["seeds"].get("labelled_differences") or section.summary["differences"])[
+        "template_filtered"]["overall"]  # fmt: skip
     assert overall["diff"] == pytest.approx(judged["diff"])  # labels equal to the verdicts: the judge's difference
     assert calibrated_differences(rows, {"template_filtered": keys["template_filtered"]}) == {}  # base unlabelled
     cal = {"template_filtered": {"overall": {**overall, "low": 0.20}}}
@@ -377,8 +403,9 @@ def test_recorded_choice_probes_nothing_on_dev_and_trains_no_grid(collab_recorde
     assert not (out / "dev").exists()
     assert not [t for t in trained if "grid" in t["dir"].parts] and not (out / "grid").exists()
     assert not [p for p in plans if any("arms/mixed" in o for o in p)]
-    # only the held-out probes: base, the 3 arms, RL (no GSM8K at SCALE=cpu)
-    assert sorted(c["out"].name for c in calls) == sorted(f"probe_{k}" for k in ("base", *part.ARMS, "rl"))
+    # only the held-out and IFBench probes: base once, the 3 arms and RL at every seed (no GSM8K at SCALE=cpu)
+    runs = ["base", *(part.run_name(k, s) for k in (*part.ARMS, "rl") for s in part.seeds())]
+    assert sorted(c["out"].name for c in calls) == sorted(f"{kind}_{r}" for kind in ("probe", "ifbench") for r in runs)
     # the returned choice is the recorded one, named with its commit and file; the old clone's paths moved aside
     hp = section.summary["hyperparameters"]
     assert hp["recorded"]["commit"] == rec["commit"] == "7eebd76"
@@ -393,15 +420,23 @@ def test_recorded_choice_trains_the_arms_and_one_rl_run_at_the_recorded_points(c
     rec = _recorded_file()
     sft, rl = rec["collab_sft"]["chosen"], rec["collab_rl"]["chosen"]
     arm_runs = [t for t in trained if t["dir"].name.startswith("sft_")]
-    assert sorted(t["dir"].name for t in arm_runs) == sorted(f"sft_{a}" for a in part.ARMS)
+    assert sorted(t["dir"].name for t in arm_runs) == sorted(
+        f"sft_{part.run_name(a, s)}" for a in part.ARMS for s in part.seeds()
+    )
     assert {(t["learning_rate"], t["max_steps"]) for t in arm_runs} == {
         (str(sft["learning_rate"]), str(sft["max_steps"]))
     }
     assert (sft["learning_rate"], sft["max_steps"]) == (1e-4, 8)
     assert all(section.summary["arms"][a]["train"]["learning_rate"] == 1e-4 for a in part.ARMS)
-    # exactly one RL run: the recorded rate, in the folder and with the overrides the in-run choice uses
-    runs = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    # exactly one RL run per seed: the recorded rate, seed 0 in the folder and with the overrides the in-run choice
+    # uses, the other seeds beside it
+    every = [t for t in trained if t["recipe"] == part.SETTINGS["rl_recipe"]]
+    runs = [t for t in every if "seed" not in t]
     assert len(runs) == 1 and runs[0]["dir"] == out / "rl" / f"lr{rl['learning_rate']:g}"
+    assert sorted(t["dir"].name for t in every) == sorted(
+        f"lr{rl['learning_rate']:g}" + (f"_seed{s}" if s else "") for s in part.seeds()
+    )
+    assert all(float(t["learning_rate"]) == rl["learning_rate"] for t in every)
     assert float(runs[0]["learning_rate"]) == rl["learning_rate"] == 6e-5 and runs[0]["max_steps"] == "4"
     paths = {k: out / "data" / v for k, v in (("hb_test", "healthbench_multiturn/test.jsonl"),
              ("mtb_test", "mt_bench_heldout/test.jsonl"), ("gsm8k_train", "gsm8k_short/train.jsonl"))}  # fmt: skip
@@ -409,7 +444,8 @@ def test_recorded_choice_trains_the_arms_and_one_rl_run_at_the_recorded_points(c
     # the held-out RL probe is that run, and the summary names it
     hp = section.summary["rl"]["hyperparameters"]
     assert hp["chosen"]["model"] == str(runs[0]["dir"]) and hp["recorded"]["commit"] == "7eebd76"
-    assert [c["model"] for c in calls if "/rl/" in c["model"]] == [hp["chosen"]["model"]]
+    assert [c["model"] for c in calls if "/rl/lr6e-05" == c["model"][-len("/rl/lr6e-05") :]] == [
+        hp["chosen"]["model"]] * 2  # its held-out and its IFBench probe  # fmt: skip
     assert {k: v for k, v in hp["chosen"].items() if k != "model"} == rl
     assert hp["grid"] == rec["collab_rl"]["grid"] and hp["points"] == rec["collab_rl"]["points"]
 
@@ -424,8 +460,9 @@ def test_recorded_mode_trains_the_same_models_as_the_in_run_choice(tmp_path, mon
                 for t in trained}  # fmt: skip
 
     gpu, cpu = runs("gpu"), runs("cpu")
-    assert set(cpu) == {Path(f"sft_{a}") for a in ("real", "template_unfiltered", "template_filtered")} | {
-        Path("rl/lr6e-05")}  # fmt: skip
+    seeds = ("", "_seed1", "_seed2")
+    assert set(cpu) == {Path(f"sft_{a}{s}") for a in ("real", "template_unfiltered", "template_filtered")
+                        for s in seeds} | {Path(f"rl/lr6e-05{s}") for s in seeds}  # fmt: skip
     assert set(cpu) < set(gpu) and all(cpu[k] == gpu[k] for k in cpu)
 
 
@@ -773,3 +810,227 @@ def test_the_label_scripts_leave_foil_labels_out(tmp_path, monkeypatch):
     _write(path, [{**labels[0], "messages": samples[0]["messages"]}, {**labels[1], "messages": []}])
     for name in ("judge_likelihood", "judge_calibration"):
         assert [r["sample"] for r in script(name)._jsonl(path)] == [0], name
+
+
+def _seed_of(model: str) -> int:
+    tail = Path(model).name.rsplit("_seed", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+
+
+def _verdicts(folder: Path) -> dict:
+    from collab_seeds import verdicts
+
+    return verdicts([json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()])
+
+
+def test_three_seeds_pool_with_an_interval_that_widens_when_the_seeds_disagree(tmp_path, monkeypatch):
+    """Every trained arm at 3 seeds (the default): its pooled rate and difference from the base model come from the
+    seed-and-context bootstrap (`vasd_estimates`, the draw VASD uses), each seed's figures and their sd are reported;
+    a made-up seed shift (seed 1 worse, seed 2 better) widens the pooled interval, beyond the width an interval over
+    contexts alone gives the same turns."""
+    from vasd_estimates import difference, seed_rate
+
+    from fic.estimates import paired_difference
+
+    def run(shift: float):
+        monkeypatch.setattr(sys.modules[__name__], "_rate",
+                            lambda model: 0.2 if model == "smollm2" else 0.5 + shift * (_seed_of(model) - 1))  # fmt: skip
+        out = tmp_path / f"shift{shift}" / "collab"
+        return _run_part(out, monkeypatch, "cpu")
+
+    part, agree, out, *_ = run(0.0)
+    assert part.seeds() == [0, 1, 2] == agree.summary["seeds"]["trained"]
+    s = agree.summary
+    base = {None: _verdicts(out / "probe_base")}
+    runs = {seed: _verdicts(out / f"probe_{part.run_name('real', seed)}") for seed in (0, 1, 2)}
+    pooled = s["differences"]["real"]["overall"]
+    direct = difference(base, runs)
+    assert {k: pooled[k] for k in ("diff", "low", "high", "p", "n_items", "n_seeds")} == {
+        k: direct[k] for k in ("diff", "low", "high", "p", "n_items", "n_seeds")}  # fmt: skip
+    held = s["heldout"]["healthbench_contexts"] + s["heldout"]["mt_bench_contexts"]
+    assert pooled["n_seeds"] == 3 and pooled["n_items"] == held and "holm_family" in pooled
+    assert s["arms"]["real"]["overall"]["vs_base"] == pooled
+    raw = s["estimates"]["real"]["overall"]["raw"]
+    assert {k: raw[k] for k in ("rate", "low", "high", "n_seeds")} == {
+        k: v for k, v in seed_rate(runs).items() if k in ("rate", "low", "high", "n_seeds")}  # fmt: skip
+    assert raw["n"] == 3 * 4 * held and raw["interval"].startswith("seeds and contexts resampled")
+    # HealthBench's 9 contexts: not estimable, pooled or per seed
+    hb = s["differences"]["real"]["by_dataset"]["healthbench"]
+    assert hb["diff"] is None and hb["reading"].startswith("not estimable") and hb["n_seeds"] == 3
+    # each seed's figures, as one seed would report them, and their spread
+    per_seed = s["seeds"]["models"]["real"]["per_seed"]
+    assert [r["seed"] for r in per_seed] == [0, 1, 2]
+    from fic.followup_summary import compare
+
+    base_rows = [json.loads(x) for x in (out / "probe_base" / "samples.jsonl").read_text().splitlines()]
+    for r in per_seed:
+        rows = [json.loads(x) for x in (out / f"probe_{part.run_name('real', r['seed'])}" / "samples.jsonl")
+                .read_text().splitlines()]  # fmt: skip
+        assert r["vs_base"]["overall"]["diff"] == pytest.approx(compare(base_rows, rows)["overall"]["diff"])
+    sd = s["seeds"]["models"]["real"]["spread"]["overall"]["vs_base"]["sd"]
+    assert sd == pytest.approx(__import__("statistics").stdev(r["vs_base"]["overall"]["diff"] for r in per_seed))
+    table = next(t for t in agree.tables if t.caption.startswith("Trained models at each training seed"))
+    row = next(x for x in table.rows if x[0] == "SFT: real follow-ups" and x[1] == "overall")
+    assert row[-1] == pooled["reading"] and len(row[2].split(" / ")) == 3 and row[3] != "n/a"
+    assert next(x for x in table.rows if x[1] == "healthbench")[2].startswith("not estimable")
+    assert "training seeds 0, 1, 2" in agree.about["seeds"] and any(
+        t.startswith("Training seeds:") for t in agree.text
+    )
+
+    _, disagree, out2, *_ = run(0.3)
+    width = {name: (sec.summary["differences"]["real"]["overall"]["high"]
+                    - sec.summary["differences"]["real"]["overall"]["low"]) for name, sec in (("agree", agree),
+                                                                                               ("disagree", disagree))}  # fmt: skip
+    assert width["disagree"] > 1.5 * width["agree"], width
+    # the same turns with the seeds taken as fixed (contexts resampled only) give a narrower interval
+    runs2 = {seed: _verdicts(out2 / f"probe_{part.run_name('real', seed)}") for seed in (0, 1, 2)}
+    flat = {item: [v for seed in runs2 for v in runs2[seed][item]] for item in runs2[0]}
+    contexts_only = paired_difference(_verdicts(out2 / "probe_base"), flat)
+    assert width["disagree"] > contexts_only["high"] - contexts_only["low"]
+    spread = disagree.summary["seeds"]["models"]["real"]["spread"]["overall"]["raw"]
+    assert spread["sd"] > 0.2 and spread["min"] < 0.4 < 0.6 < spread["max"]
+
+
+def test_seeded_differences_are_paired_by_context(tmp_path, monkeypatch):
+    """Trained models whose every seed repeats the base model's verdicts context by context: the pooled difference is 0
+    with the interval [0, 0] (one draw of contexts for both), and so on IFBench."""
+    original = _flip
+    monkeypatch.setattr(sys.modules[__name__], "_flip", lambda p, *key: original(0.3, *key[1:]))
+    part, section, out, *_ = _run_part(tmp_path / "collab", monkeypatch, "cpu")
+    for k in ("real", "template_filtered", "rl"):
+        for cell in (section.summary["differences"][k]["overall"],
+                     section.summary["differences"][k]["by_dataset"]["mt_bench"],
+                     section.summary["differences"][k]["by_dataset"]["ifbench"]):  # fmt: skip
+            assert (cell["diff"], cell["low"], cell["high"], cell["n_seeds"]) == (0.0, 0.0, 0.0, 3), (k, cell)
+
+
+def test_the_base_model_is_seed_free_and_ifbench_has_its_own_rows(collab_recorded):
+    """One base model (one held-out and one IFBench probe, its figures the probes' own); every model probed on
+    IFBench items outside the judge's fit after the base model's answers, reported as a third dataset apart from the
+    pooled held-out figures."""
+    part, section, out, calls, trained, _ = collab_recorded
+    s = section.summary
+    base_calls = [c for c in calls if c["model"] == repro.MODEL]
+    assert sorted(c["out"].name for c in base_calls) == ["ifbench_base", "probe_base"]
+    assert not list(out.glob("*base_seed*")) and not [t for t in trained if "base" in t["dir"].name]
+    summary = json.loads((out / "probe_base" / "summary.json").read_text())
+    assert s["estimates"]["base"]["overall"]["raw"] == repro.rate_only(summary["overall"]["raw"])
+    assert "n_seeds" not in s["estimates"]["base"]["overall"]["raw"] and s["seeds"]["base"].startswith("one model")
+    # IFBench: one probe per model and seed, outside the judge's fit, at the held-out probe's settings
+    runs = ["base", *(part.run_name(k, seed) for k in (*part.ARMS, "rl") for seed in part.seeds())]
+    ifb = [c for c in calls if c["out"].name.startswith("ifbench_")]
+    assert sorted(c["out"].name for c in ifb) == sorted(f"ifbench_{r}" for r in runs)
+    for c in ifb:
+        args = c["args"]
+        assert c["datasets"] == [part.ifbench_spec()] and "--outside-judge-fit" in args
+        assert args[args.index("--limit") + 1] == str(part.SETTINGS["ifbench"]["limit"])
+        assert args[args.index("--samples") + 1] == str(part.SETTINGS["probe"]["samples"])
+    n = s["heldout"]["ifbench_items"]
+    assert n and all(len(_verdicts(out / f"ifbench_{r}")) == n for r in runs)
+    # its own rows and column; never pooled into "overall" (the held-out contexts)
+    held = s["heldout"]["healthbench_contexts"] + s["heldout"]["mt_bench_contexts"]
+    for k in part.ARMS:
+        assert s["arms"][k]["overall"]["vs_base"]["n_items"] == held
+        assert s["arms"][k]["by_dataset"]["ifbench"]["vs_base"]["n_items"] == n
+        assert s["arms"][k]["by_dataset"]["ifbench"]["raw"]["n"] == 3 * 4 * n
+    assert all("ifbench" in s[key][k] for key in ("estimates", "generic_floor", "turn_stats") for k in runs[:1])
+    assert set(s["floor_rise"]["rl"]) == {"healthbench", "mt_bench", "overall", "ifbench"}
+    assert s["sft"]["ifbench"]["after"]["n_items"] == n and s["rl"]["ifbench"]["before"]["n_items"] == n
+    tables = {t.caption.split(" (")[0].split(":")[0]: t for t in section.tables}
+    assert section.tables[0].columns[-1] == f"IFBench ({n} items)"
+    for caption in ("SFT data arms of the same budget", "Each trained model against the base model on the same "
+                    "held-out contexts", "Raw rate, judge-corrected rate", "Judge labels of the held-out turns",
+                    "Signs of judge gaming in the held-out turns", "Trained models at each training seed"):  # fmt: skip
+        table = next(t for t in section.tables if t.caption.startswith(caption))
+        assert any(row[1] == "ifbench" for row in table.rows), caption
+    assert tables  # every caption is distinct enough to find
+    # the labelled tables stay on the held-out contexts of seed 0
+    cal = next(t for t in section.tables if t.caption.startswith("Each trained model against the base model, read"))
+    assert not any(row[1] == "ifbench" for row in cal.rows) and "training seed 0" in cal.caption
+
+
+def test_a_one_seed_run_resumes_as_seed_0_and_its_labelled_figures_stay(tmp_path, monkeypatch):
+    """A part folder run with one seed (the figures it has always reported: the probes' summaries and `compare`) is
+    extended to 3 seeds in place: only seeds 1 and 2 are trained, seed 0 keeps its folders, and everything read off
+    the blind labels (calibrated rates and differences, their table, the targets) is seed 0's, unchanged; the pooled
+    figures move to the seed-and-context bootstrap."""
+    from fic.followup_summary import compare, with_holm
+
+    out = tmp_path / "collab"
+    part, one, _, _, trained_one, _ = _run_part(out, monkeypatch, "cpu", seeds=[0])
+    assert sorted(t["dir"].name for t in trained_one) == sorted([*(f"sft_{a}" for a in part.ARMS), "lr6e-05"])
+    assert "models" not in one.summary["seeds"] and not any(t.caption.startswith("Trained models at each")
+                                                            for t in one.tables)  # fmt: skip
+    assert one.about["seeds"].endswith("(one seed)")
+    rows = {k: [json.loads(x) for x in (out / f"probe_{k}" / "samples.jsonl").read_text().splitlines()]
+            for k in ("base", *part.ARMS, "rl")}  # fmt: skip
+    direct = with_holm({k: compare(rows["base"], rows[k])["overall"] for k in (*part.ARMS, "rl")})
+    for k in (*part.ARMS, "rl"):
+        assert {x: one.summary["differences"][k]["overall"][x] for x in ("diff", "low", "high", "p", "reading")} == {
+            x: direct[k][x] for x in ("diff", "low", "high", "p", "reading")}  # fmt: skip
+        assert "n_seeds" not in one.summary["differences"][k]["overall"]
+    for model in ("base", "template_filtered", "rl"):  # blind labels of seed 0's turns
+        folder = out / f"probe_{model}"
+        labels = [{**{x: r[x] for x in KEY}, "genuine": bool(r["genuine"]) != (i % 4 == 0),
+                   "run_id": f"run-{folder.name}"} for i, r in enumerate(_samples(folder)[:30])]  # fmt: skip
+        _write(folder / "labels.jsonl", labels)
+    _, one, *_ = _run_part(out, monkeypatch, "cpu", seeds=[0])
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("sft_*/config.json")}
+
+    _, three, _, _, trained, _ = _run_part(out, monkeypatch, "cpu", seeds=[0, 1, 2])
+    assert sorted(t["dir"].name for t in trained) == sorted(
+        [*(f"sft_{a}_seed{s}" for a in part.ARMS for s in (1, 2)), "lr6e-05_seed1", "lr6e-05_seed2"]
+    )
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # seed 0's models untouched
+    for key in ("calibrated", "calibrated_differences", "readers"):
+        assert three.summary[key] == one.summary[key], key
+    assert three.summary["seeds"]["labelled_differences"] == one.summary["differences"]
+    cal = [next(t for t in sec.tables if t.caption.startswith("Each trained model against the base model, read"))
+           for sec in (one, three)]  # fmt: skip
+    assert cal[0].rows == cal[1].rows
+    assert [t.measured for t in three.targets[:2]] == [t.measured for t in one.targets[:2]]
+    assert three.summary["differences"]["real"]["overall"]["n_seeds"] == 3
+    assert three.summary["differences"]["real"]["overall"] != one.summary["differences"]["real"]["overall"]
+
+
+@pytest.mark.parametrize("seeds", [[1, 2], [0, 0, 1], [], [0, -1], "0,1", [0, True]])
+def test_seeds_setting_is_refused_in_one_line(tmp_path, monkeypatch, seeds):
+    part = _import_part(monkeypatch, "cpu")
+    monkeypatch.setitem(part.SETTINGS, "seeds", seeds)
+    with pytest.raises(repro.StepError, match="expected distinct integers >= 0 that include 0") as err:
+        part.run(tmp_path / "collab")
+    assert "\n" not in str(err.value) and not (tmp_path / "collab").exists()
+
+
+def test_the_rl_hacking_check_reads_every_seed():
+    sys.modules.pop("collab_report", None)
+    import collab_report
+
+    from fic.trainers.reward_hacking import reward_hacking_summary
+
+    key = "followup/genuine_rate"
+    good = reward_hacking_summary([{"step": i, "reward": 0.1 * i, key: 0.1 * i} for i in range(1, 5)], 2)
+    bad = reward_hacking_summary([{"step": i, "reward": 0.1 * i, key: 0.5 - 0.05 * i} for i in range(1, 5)], 2)
+    assert collab_report.hacking_target(good, {0: good, 1: good, 2: good}).met
+    flagged = collab_report.hacking_target(good, {0: good, 1: bad, 2: good})
+    assert (
+        not flagged.met and "seed 1: 2 of 2 windows" in flagged.measured and "at every training seed" in flagged.name
+    )
+    assert not collab_report.hacking_target(good, {0: good, 1: None}).met
+
+
+def test_the_time_estimate_prices_every_seed():
+    """The part's minutes on 2 cores from the measured unit times: one seed without IFBench is the measured one-seed
+    run (20.5 min) within 10%; each seed adds its training and probes."""
+    part = _import_part(pytest.MonkeyPatch(), "cpu")
+    import collab_settings
+
+    settings = json.loads(json.dumps(part.SETTINGS))
+    three = collab_settings.estimated_minutes(settings)
+    one = collab_settings.estimated_minutes({**settings, "seeds": [0]})
+    # without IFBench (no items, and none of its 5 probes' model loads: base and 4 trained models)
+    no_ifbench = collab_settings.estimated_minutes({**settings, "seeds": [0], "ifbench": {"limit": 0}})
+    no_ifbench -= 5 * collab_settings.TIMINGS["probe_load"] / 60
+    assert 20.5 <= no_ifbench <= 1.1 * 20.5
+    assert 18 < (three - one) / 2 < 25  # one more seed: 3 SFT arms and RL trained, 4 models probed twice
+    assert 65 < three < 75

@@ -1019,10 +1019,10 @@ def test_the_rl_hacking_check_reads_every_seed():
     assert not collab_report.hacking_target(good, {0: good, 1: None}).met
 
 
-def test_the_time_estimate_prices_every_seed():
+def test_the_time_estimate_prices_every_seed(monkeypatch):
     """The part's minutes on 2 cores from the measured unit times: one seed without IFBench is the measured one-seed
     run (20.5 min) within 10%; each seed adds its training and probes."""
-    part = _import_part(pytest.MonkeyPatch(), "cpu")
+    part = _import_part(monkeypatch, "cpu")
     import collab_settings
 
     settings = json.loads(json.dumps(part.SETTINGS))

@@ -32,10 +32,13 @@ def _flip(p: float, *key) -> bool:
 
 
 def _rate(model: str) -> float:
-    """Made-up genuine rates: on dev, the grid point lr 1e-4 at 8 steps (the run's own folder) is best; every model
-    has the same generic floor (10%)."""
+    """Made-up genuine rates: on dev, the grid point lr 1e-4 at 8 steps (the run's own folder) is best, and RL at 6e-5
+    (the recorded choice, so both scales train the other seeds at the same rate); every model has the same generic
+    floor (10%)."""
     if "/grid/" in model:
         return 0.9 if model.endswith("lr0.0001") else 0.3
+    if model.endswith("/rl/lr3e-05"):
+        return 0.3
     return {"smollm2": 0.2}.get(model, 0.5)
 
 

@@ -117,13 +117,15 @@ def _import_part(monkeypatch, scale: str):
     return part
 
 
-def _run_part(out: Path, monkeypatch, scale: str, committed_foils: Path | None = None, seeds: list[int] | None = None):
+def _run_part(out: Path, monkeypatch, scale: str, committed_foils: Path | None = None,
+              seeds: list[int] | None = (0, 1, 2)):  # fmt: skip
     """The part run at `scale` with made-up commands: (part, section, out, probe calls, training runs, plans).
     `committed_foils` stands for labels/followup/collab_foils (default: a folder that does not exist); `seeds`: the
-    training seeds (default: the settings')."""
+    training seeds (default: three, as SCALE=gpu trains; SCALE=cpu trains seed 0 only, for time; None: the
+    settings')."""
     part = _import_part(monkeypatch, scale)
     if seeds is not None:
-        monkeypatch.setitem(part.SETTINGS, "seeds", seeds)
+        monkeypatch.setitem(part.SETTINGS, "seeds", list(seeds))
     calls, trained, plans = [], [], []
 
     def fake_fic(args, log):
@@ -1029,7 +1031,7 @@ def test_the_time_estimate_prices_every_seed(monkeypatch):
     import collab_settings
 
     settings = json.loads(json.dumps(part.SETTINGS))
-    three = collab_settings.estimated_minutes(settings)
+    three = collab_settings.estimated_minutes({**settings, "seeds": [0, 1, 2]})
     one = collab_settings.estimated_minutes({**settings, "seeds": [0]})
     # without IFBench (no items, and none of its 5 probes' model loads: base and 4 trained models)
     no_ifbench = collab_settings.estimated_minutes({**settings, "seeds": [0], "ifbench": {"limit": 0}})
@@ -1037,3 +1039,10 @@ def test_the_time_estimate_prices_every_seed(monkeypatch):
     assert 20.5 <= no_ifbench <= 1.1 * 20.5
     assert 18 < (three - one) / 2 < 25  # one more seed: 3 SFT arms and RL trained, 4 models probed twice
     assert 65 < three < 75
+
+
+def test_cpu_trains_one_seed_and_gpu_three(monkeypatch):
+    """SCALE=cpu trains each arm at seed 0 only (three seeds take the part to about 70 min, past the 90-minute run);
+    SCALE=gpu and the study commands train three."""
+    assert _import_part(monkeypatch, "cpu").seeds() == [0]
+    assert _import_part(monkeypatch, "gpu").seeds() == [0, 1, 2]

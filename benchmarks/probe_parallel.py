@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     import torch
 
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     s = SIZES[args.size]
     if args.device == "cpu":

@@ -46,7 +46,7 @@ TEMPERATURE = 1.0
 def build_prompts(tokenizer, count: int, context_tokens: int, seed: int) -> list[str]:
     """`count` probe prefixes `[user: question, assistant: answer] + user header`, about `context_tokens` long."""
     from fic.chat import role_prefix
-    from fic.testing import _WORDS
+    from fic.tiny import _WORDS
 
     rng = random.Random(seed)
     prompts = []
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from fic.chat import turn_end_strings
     from fic.generation import HFBackend, SamplingParams
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     s = SIZES[args.size]
     path = tiny_model(

@@ -1,7 +1,7 @@
 """Qwen3.5's linear-attention layers with `flash-linear-attention` (the `gpu` extra) vs transformers' torch loops.
 
 One training step (forward, backward, AdamW) of a random-init Qwen3.5 text model (gated delta-net layers with a
-full-attention layer every fourth, `fic.testing.random_model(arch="qwen3_5")`), on `batch x tokens` random tokens:
+full-attention layer every fourth, `fic.tiny.random_model(arch="qwen3_5")`), on `batch x tokens` random tokens:
 
 * torch: `fla` hidden from the process (`sys.modules["fla"] = None`), so transformers runs its torch fallback.
 * fla: whatever the environment has; `fla_loaded` says whether transformers actually imported it (1) or not (0).
@@ -39,7 +39,7 @@ def worker(args, variant: str) -> None:
         sys.modules["fla"] = None  # importlib's find_spec and import both treat a None entry as absent
     import torch
 
-    from fic.testing import build_tokenizer, random_model
+    from fic.tiny import build_tokenizer, random_model
 
     size = SIZES[args.size]
     tokenizer = build_tokenizer("chatml")

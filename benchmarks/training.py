@@ -60,7 +60,7 @@ class Spec:
 
 def build_model(spec: Spec, seed: int = 0) -> str:
     """A random-init Llama of `spec`'s shape with the chatml tiny tokenizer, saved once (cached on disk)."""
-    from fic.testing import _cache_root, tiny_model
+    from fic.tiny import _cache_root, tiny_model
 
     base = tiny_model(
         "chatml", hidden_size=64, num_layers=1, num_heads=4, intermediate_size=128, seed=seed
@@ -98,7 +98,7 @@ def make_examples(tokenizer, spec: Spec, count: int, seed: int = 0) -> list[dict
     """Two-view examples: `prompt` (shards over user turns), `teacher_prompt` (one message), a `completion` text and
     its `completion_ids` (exactly `spec.completion_tokens` ids, the end-of-turn token included when it fits)."""
     from fic.chat import full_view, sharded_view, turn_end_strings
-    from fic.testing import _WORDS
+    from fic.tiny import _WORDS
 
     rng = random.Random(seed)
     words_per_shard = max(4, spec.prompt_tokens // (spec.shards * 3))

@@ -75,7 +75,7 @@ KINDS = ("fast", "generate", "precomputed", "fast_one_thread")
 
 def shard_rows(tokenizer, size: Size, seed: int) -> list[dict]:
     from fic.chat import full_view
-    from fic.testing import _WORDS
+    from fic.tiny import _WORDS
 
     rng = random.Random(seed)
     rows = []

@@ -46,7 +46,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session", params=["chatml", "llama3", "norole"])
 def tiny_family(request):
     """(family, model_dir) for each tiny chat-template family."""
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     return request.param, tiny_model(request.param)
 
@@ -70,7 +70,7 @@ def real_tokenizer(shared_data: Path, stem: str):
     """A tokenizer carrying the real chat template `shared_data/chat_templates/STEM.jinja` and its special tokens."""
     import json
 
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     folder = shared_data / "chat_templates"
     specials = json.loads((folder / "special_tokens.json").read_text())[f"{stem}.jinja"]

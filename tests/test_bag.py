@@ -215,7 +215,7 @@ def test_summarize_bag():
 
 
 def test_fic_bag_tiny_model_end_to_end_and_resume(shared_data, tmp_path):
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     out = tmp_path / "bag"
     argv = [

@@ -59,7 +59,7 @@ def train(out_dir, eval_config, *, max_steps=2, save_steps=1, report_to="none", 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
     from fic.tracking import configure_wandb
     from fic.trainers.callbacks import EvalCallback
 
@@ -235,7 +235,7 @@ def test_lora_is_evaluated_adapted_in_memory_and_from_disk(tmp_path, monkeypatch
 
     from fic.eval_config import EvalConfig
     from fic.generation import HFBackend
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
     from fic.trainers.callbacks import EvalCallback
 
     seen = []

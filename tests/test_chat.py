@@ -5,7 +5,7 @@ from conftest import real_tokenizer
 from transformers import AutoTokenizer
 
 from fic import chat
-from fic.testing import build_tokenizer
+from fic.tiny import build_tokenizer
 
 CONTEXT = [
     {"role": "user", "content": "What is 12 times 3?"},

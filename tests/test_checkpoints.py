@@ -13,7 +13,7 @@ import torch
 from fic import cli
 from fic.eval import checkpoint_io, checkpoints
 from fic.eval_config import EvalConfig
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 
 PROMPT = "<|im_start|>user\nHow many legs does a duck have?<|im_end|>\n<|im_start|>assistant\n"
 

@@ -11,7 +11,7 @@ from fic.followup_eval import genuine_followup_rate, probe_prompts
 from fic.generation import HFBackend
 from fic.judges import Verdict
 from fic.masks import IGNORE_INDEX, turn_masks
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 from fic.trainers.collab_sft import CollabSFTConfig, CollabSFTTrainer
 
 CONVERSATION = [
@@ -48,13 +48,13 @@ def test_tiny_model_names_resolve_in_one_place():
 
 
 def test_the_model_loader_and_the_data_layer_import_no_test_fixture_and_no_cli():
-    """`fic.modeling` loads `fic.testing` only for a `tiny:` name; `fic.data.followups` knows no CLI."""
+    """`fic.modeling` loads `fic.tiny` only for a `tiny:` name; `fic.data.followups` knows no CLI."""
     import subprocess
     import sys
 
     code = ("import sys, fic.modeling, fic.data.followups; from fic.modeling import resolve_model_name; "
             "resolve_model_name('Qwen/Qwen3.5-2B'); "
-            "print(sorted(m for m in sys.modules if m in ('fic.testing', 'fic.cli_args', 'fic.cli')))")  # fmt: skip
+            "print(sorted(m for m in sys.modules if m in ('fic.tiny', 'fic.cli_args', 'fic.cli')))")  # fmt: skip
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 

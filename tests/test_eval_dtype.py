@@ -13,7 +13,7 @@ from test_checkpoints import FakeProbe, _save
 
 from fic import cli
 from fic.eval import checkpoint_io
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 
 
 class DtypeProbe(FakeProbe):

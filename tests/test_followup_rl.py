@@ -13,7 +13,7 @@ from trl.trainer.utils import is_async_callable
 
 from fic.chat import role_prefix
 from fic.judges import LABELS, Verdict
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 from fic.trainers import rewards
 from fic.trainers.followup_rl import (
     FollowupRLConfig,

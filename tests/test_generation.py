@@ -21,7 +21,7 @@ from fic.generation import (
     chat_complete,
     get_backend,
 )
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 
 CONVO = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "It is 7. Anything else?"}]
 

@@ -64,7 +64,7 @@ def test_no_warning_without_cuda_with_the_kernels_or_without_linear_attention(tm
     kernels(installed={"fla", "causal_conv1d"}, cuda=True)
     assert modeling.missing_kernels(qwen) == []
     kernels(installed=set(), cuda=True)
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     assert modeling.missing_kernels(AutoConfig.from_pretrained(tiny_model("chatml"))) == []  # no linear attention
 

@@ -69,7 +69,7 @@ def test_probe_summary_and_report_carry_the_judge_validity(tmp_path):
     from fic.eval.probe import run_probe
     from fic.generation import get_backend
     from fic.modeling import load_tokenizer
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     path = tiny_model("chatml")
     data = tmp_path / "q.jsonl"

@@ -6,7 +6,7 @@ import pytest
 
 from fic.eval import lic
 from fic.metrics import lic_scores, percentile
-from fic.testing import build_tokenizer
+from fic.tiny import build_tokenizer
 
 
 class ScriptedBackend:
@@ -100,7 +100,7 @@ def test_summary_ratios_are_named_for_what_they_are():
 
 def test_fic_lic_cli_runs_on_a_tiny_model(tmp_path):
     from fic.cli import main
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     rc = main(["lic", "--model", tiny_model("chatml"), "--data", "synthetic", "--limit", "3", "--max-new-tokens", "8",
                "--out", str(tmp_path)])  # fmt: skip

@@ -6,7 +6,7 @@ from transformers import AutoTokenizer
 
 from fic.chat import ChatTemplateError, render
 from fic.masks import IGNORE_INDEX, check_train_on, chosen_turns, turn_masks
-from fic.testing import build_tokenizer
+from fic.tiny import build_tokenizer
 
 CONVERSATION = [
     {"role": "user", "content": "What is 12 times 3?"},

@@ -233,7 +233,7 @@ def test_checkpoint_evaluation_under_fsdp_reads_the_checkpoint_from_disk(tmp_pat
 def test_full_weights_are_written_for_a_checkpoint_without_them(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
     from fic.trainers.callbacks import full_weights
 
     path = tiny_model("chatml")

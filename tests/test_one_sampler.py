@@ -9,7 +9,7 @@ import pytest
 from fic import cli
 from fic.eval_config import EvalConfig
 from fic.followup_summary import row_key
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 
 SETTINGS = {"limit": 3, "temperatures": [0.0, 1.0], "samples": 2, "seed": 7, "max_new_tokens": 8,
             "response_tokens": 12, "responses": "model"}  # fmt: skip

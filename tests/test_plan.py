@@ -108,7 +108,7 @@ def test_chat_template_kwargs_reach_every_rendering(tmp_path):
     from transformers import AutoTokenizer
 
     from fic.chat import render, role_prefix, set_template_kwargs
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     tok = AutoTokenizer.from_pretrained(tiny_model("chatml"))
     tok.chat_template = "{% if enable_thinking is defined and not enable_thinking %}NOTHINK{% endif %}" + (

@@ -96,7 +96,7 @@ def test_summary_by_hand():
 
 
 def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     tok = build_tokenizer("chatml")
     mt = f"mt_bench:{SHARED_DATA / 'mt_bench' / 'question.jsonl'}"
@@ -122,7 +122,7 @@ def test_run_writes_files_and_rates_match_samples(gsm8k, tmp_path):
 
 
 def test_resume_gives_the_uninterrupted_samples(gsm8k, tmp_path):
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     tok = build_tokenizer("chatml")
     kw = dict(temperatures=[0.0, 1.0], samples=2, perturbations=["none", "question"], limit=5, judge=EveryOtherJudge(),
@@ -145,7 +145,7 @@ def test_resume_gives_the_uninterrupted_samples(gsm8k, tmp_path):
 
 def test_fic_probe_cli_on_a_tiny_model(gsm8k, tmp_path):
     from fic.cli import main
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     argv = ["probe", "--model", tiny_model("llama3"), "--datasets", gsm8k, "--limit", "2", "--temperatures", "0,1",
             "--perturbations", "none,truncate", "--response-tokens", "16", "--max-new-tokens", "12",
@@ -162,7 +162,7 @@ def test_fic_probe_cli_on_a_tiny_model(gsm8k, tmp_path):
 
 
 def test_too_long_contexts_are_skipped_and_counted(gsm8k, tmp_path):
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     summary = probe.run_probe(RecordingBackend(), build_tokenizer("chatml"), [gsm8k], tmp_path, temperatures=[0.0],
                               limit=3, judge=EveryOtherJudge(), max_context=60, progress=False, report=False)  # fmt: skip
@@ -172,7 +172,7 @@ def test_too_long_contexts_are_skipped_and_counted(gsm8k, tmp_path):
 
 def test_resume_with_other_settings_is_refused(gsm8k, tmp_path):
     from fic.jsonl import ResumeError
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     tok = build_tokenizer("chatml")
     kw = dict(temperatures=[0.0], limit=2, judge=EveryOtherJudge(), progress=False, report=False)

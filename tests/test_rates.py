@@ -147,7 +147,7 @@ def test_firewall_refuses_in_one_line_and_unknown_provenance_is_reported_not_ref
 
 def test_probe_with_overlap_allowed_records_it_and_leaves_those_items_out(shared_data, tmp_path):
     from fic.data import load_source
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
     records = load_source(gsm8k, limit=4)
@@ -164,7 +164,7 @@ def test_probe_with_overlap_allowed_records_it_and_leaves_those_items_out(shared
 
 @pytest.fixture
 def probed(shared_data, tmp_path):
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     gsm8k = f"gsm8k:{shared_data / 'gsm8k' / 'test.jsonl'}"
     mt = f"mt_bench:{shared_data / 'mt_bench' / 'question.jsonl'}"
@@ -267,7 +267,7 @@ def test_rows_written_twice_are_refused_in_one_line_and_a_rerun_repairs_them(pro
     """What the committed collab run had (every base MT-Bench turn twice, n 160 for 80): two runs that appended to one
     folder at once. `fic rates` refuses to count the repeats; rerunning the same probe keeps the first of each."""
     from fic.cli import main
-    from fic.testing import build_tokenizer
+    from fic.tiny import build_tokenizer
 
     samples = probed / "samples.jsonl"
     before, summary = samples.read_text(), json.loads((probed / "summary.json").read_text())

@@ -11,7 +11,7 @@ import fic.eval.clarify.regret as regret_mod
 
 @pytest.fixture(scope="module")
 def tiny():
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     return tiny_model("chatml")
 

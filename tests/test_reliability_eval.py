@@ -146,7 +146,7 @@ def assert_same_rows(a: Path, b: Path, name: str, key, expected: int, had: int) 
 
 @pytest.fixture(scope="module")
 def tiny():
-    from fic.testing import tiny_model
+    from fic.tiny import tiny_model
 
     return tiny_model("chatml")
 

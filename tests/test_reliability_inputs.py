@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fic import cli
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 
 BAD_ROWS = {
     "unknown role": ({"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "Hello"}]},

@@ -22,7 +22,7 @@ from mock_openai_server import MockOpenAIServer
 from test_report import HOSTILE, assert_inert
 
 from fic import cli
-from fic.testing import build_tokenizer, tiny_model
+from fic.tiny import build_tokenizer, tiny_model
 
 SECRETS = {"FIC_JUDGE_API_KEY": "sk-judge-SECRET-5521", "OPENAI_API_KEY": "sk-openai-SECRET-7730"}
 

@@ -9,7 +9,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fic.chat import full_view, render, sharded_view
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 from fic.trainers.vasd import VASDConfig, VASDTrainer
 
 torch.set_num_threads(1)
@@ -347,7 +347,7 @@ class ScriptedBackend:
 def test_view_scores_count_any_correct_attempt_in_sharded_episodes():
     from fic.data.synthetic import make_tasks
     from fic.eval.lic import evaluate_views
-    from fic.testing import build_task_tokenizer
+    from fic.tiny import build_task_tokenizer
 
     tokenizer = build_task_tokenizer("chatml")
     tasks = make_tasks(6, seed=0, split="test")
@@ -374,7 +374,7 @@ def test_tiny_pipeline_runs_end_to_end_and_caches_the_base(tmp_path):
     import time
 
     import train
-    from fic.testing import tiny_task_model
+    from fic.tiny import tiny_task_model
 
     small = dict(base_tasks=100, base_steps=20, base_batch_size=16, cache_dir=tmp_path / "cache")
     base = tiny_task_model(**small)

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fic.chat import full_view, render
 from fic.generation.decode import decode, decode_kept
-from fic.testing import tiny_model
+from fic.tiny import tiny_model
 from fic.trainers.vasd import VASDConfig, VASDTrainer
 
 ROOT = Path(__file__).resolve().parents[1]

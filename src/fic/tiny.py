@@ -1,4 +1,5 @@
-"""Tiny offline causal LMs and tokenizers for tests, the demo and benchmarks. No downloads, ever.
+"""Tiny offline causal LMs and tokenizers: the `tiny:` model names of the demo and the CPU recipes, and the tests'
+and benchmarks. No downloads, ever.
 
 `tiny_model(family)` builds a random-init Llama or Qwen2 model (well under 5M parameters) with a byte-level BPE
 tokenizer trained here on a built-in corpus, attaches one of three chat-template families and saves both with

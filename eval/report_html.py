@@ -157,7 +157,7 @@ def write_page(path: str | Path, document: str) -> Path:
     """Write the page atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # own name: two processes may write one file
     tmp.write_text(document, encoding="utf-8")
     os.replace(tmp, path)
     return path

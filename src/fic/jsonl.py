@@ -152,7 +152,7 @@ def write_rows(path: str | Path, rows: Iterable[dict]) -> None:
     """Write `rows` as JSON lines atomically (temp file + rename), replacing the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # own name: two processes may write one file
     tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     os.replace(tmp, path)
 
@@ -161,7 +161,7 @@ def write_json(path: str | Path, obj) -> None:
     """Write `obj` as indented JSON atomically (temp file + rename), so readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # own name: two processes may write one file
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
     os.replace(tmp, path)
 

@@ -27,6 +27,9 @@ JUDGE = {"kind": "learned", "name": "learned", "version": "v", "n": 180, "kappa"
 
 
 def _flip(p: float, *key) -> bool:
+    """A made-up draw with chance p; a model's path is keyed by its last three parts, not the test's tmp folder, so
+    every run draws the same."""
+    key = tuple(Path(k).parts[-3:] if isinstance(k, str) and "/" in k else k for k in key)
     h = int(hashlib.sha256(repr(key).encode()).hexdigest()[:8], 16) / 16**8
     return h < p
 

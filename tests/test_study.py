@@ -223,7 +223,8 @@ def _write_probe(out: Path, model: str, samples: int) -> None:
     for dataset in HELD.values():
         for item in range(12):
             for s in range(samples):
-                genuine = _u(model, dataset, item, s) < _rl_rate(model)
+                # keyed on the path below the test's tmp folder, so every run draws the same turns
+                genuine = _u(Path(model).parts[-2:], dataset, item, s) < _rl_rate(model)
                 rows.append({"dataset": dataset, "item_id": str(item), "temperature": 0.7, "perturbation": "none",
                              "sample": s, "user_turn": f"turn {s}", "label": "genuine_followup" if genuine else "new_task_prompt",
                              "genuine": genuine, "generic_genuine": False})  # fmt: skip

@@ -173,11 +173,12 @@ def regret_entry(summary: dict, rule: bool) -> dict:
 
 
 def bag_entry(b: dict) -> dict:
-    """The part's entry of one `fic bag` variant, read from its summary."""
+    """The part's entry of one `fic bag` variant, read from its summary (`n_items`: the answered items its accuracy
+    interval rests on)."""
     acc = b["accuracy_interval"]
     return {
-        "accuracy": b["accuracy"], "low": acc["low"], "high": acc["high"], "answered": b["answered"],
-        "correct": b["correct"], "abstained": b["abstained"], "n": b["n"],
+        "accuracy": b["accuracy"], "low": acc["low"], "high": acc["high"], "n_items": acc.get("n_items"),
+        "answered": b["answered"], "correct": b["correct"], "abstained": b["abstained"], "n": b["n"],
         "accuracy_all_items": b["accuracy_all_items"], "accuracy_any_intent": b["accuracy_any_intent"],
         "routing": b["routing"], "auroc_entropy_not_direct": b["faithfulness"]["auroc_entropy_not_direct"],
         "semantic_entropy_mean": b["faithfulness"]["entropy_mean"],

@@ -91,7 +91,9 @@ REGRET_COLUMNS = [
 
 
 def _accuracy_cell(b: dict) -> str:
-    return f"{_pct(b['accuracy'])} [{_pct(b['low'])}, {_pct(b['high'])}] ({b['correct']}/{b['answered']})"
+    """Accuracy with its interval and (correct/answered); not estimable under 10 answered items (`few_clusters`)."""
+    figure = few_clusters(b) or f"{_pct(b['accuracy'])} [{_pct(b['low'])}, {_pct(b['high'])}]"
+    return f"{figure} ({b['correct']}/{b['answered']})"
 
 
 def tables(summary: dict, s: dict) -> list[Table]:

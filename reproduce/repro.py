@@ -308,10 +308,13 @@ def interval_cell(cell: dict | None) -> str:
 
 
 def estimate(est: dict | None) -> dict:
-    """What summary.json keeps of one `by_dataset` estimate: raw, corrected (with its note) and generic floor."""
+    """What summary.json keeps of one `by_dataset` estimate: raw, corrected (with its note) and generic floor. The
+    corrected rate rests on the raw rate's items: it carries their `n_items` unless it has its own (`few_clusters`
+    reads it: under 10 items no corrected rate is printed either)."""
     if not est:
         return {}
-    return {"raw": rate_only(est["raw"]), "corrected": est.get("corrected"),
+    corrected = est.get("corrected") and {"n_items": (est["raw"] or {}).get("n_items"), **est["corrected"]}
+    return {"raw": rate_only(est["raw"]), "corrected": corrected,
             "corrected_note": est.get("corrected_note"), "generic_floor": rate_only(est.get("generic_floor"))}  # fmt: skip
 
 

@@ -120,6 +120,11 @@ def _collab_row(s: dict, model: str) -> tuple[str, str]:
         rise = (c.get("floor_rise") or {}).get(model, {}).get("overall")
         result += (f", paired by context {_points(paired)}"
                    + ("" if rise is None else f" (the judge's generic floor {100 * rise:+.1f} points)"))  # fmt: skip
+    readers = _readers(c, model)
+    if readers:
+        result += (f"; blind readers with foils mixed in: gain {_points(readers['gain'])}, their floor "
+                   f"{100 * readers['floor_rise']['diff']:+.1f} points, gain minus floor rise "
+                   f"{_points(readers['floor_subtracted_gain'])}")  # fmt: skip
     if model == "rl":
         hp = c["rl"]["hyperparameters"]
         result += f"; learning rate {hp['chosen']['learning_rate']:g} chosen on dev from {hp['grid']['learning_rate']}"
@@ -130,7 +135,21 @@ def _collab_row(s: dict, model: str) -> tuple[str, str]:
         lo, hi = cal["overall"], cal_base["overall"]
         apart = lo["low"] > hi["high"] or lo["high"] < hi["low"]
         judge += "; calibrated intervals " + ("apart" if apart else "overlap (no detectable difference)")
+    if readers:
+        judge += "; readers minus their floor: " + (
+            "detectable" if detectable(readers["floor_subtracted_gain"]) else "no detectable difference")
     return result, judge
+
+
+def _readers(c: dict, model: str) -> dict | None:
+    """The blind readers' reading of a trained model against the base model with context-free requests counted
+    genuine (`collab.readers.differences`, `fic.reader_floor.reader_difference`): their gain, the rise of their own
+    floor on foil turns and the gain minus that rise (Holm-adjusted over the trained models); None where the readers
+    labelled no foils or under 10 items."""
+    d = (((c.get("readers") or {}).get("differences") or {}).get(model) or {}).get("counted")
+    if not isinstance(d, dict) or d["floor_subtracted_gain"]["diff"] is None:
+        return None
+    return d
 
 
 def _vasd_recovery(r: dict) -> tuple[str, str]:

@@ -168,19 +168,34 @@ def _vasd_recovery(r: dict) -> tuple[str, str]:
             f"P_sharded >= {paper:g} x P_full at these before scores)", "recovery target")  # fmt: skip
 
 
+def _vasd_config(t: dict) -> str:
+    """The training configuration the dev grid chose (`lora-r16-lr1e-3`, from the recipe with its overrides); a summary
+    from before the grid chose `single_turn_mix` only."""
+    if "config" in t:
+        return f"configuration `{t['config']}` ({', '.join(t['overrides']) or 'the recipe as it is'})"
+    return f"`single_turn_mix` {t['single_turn_mix']:g}"
+
+
+def _kept(d: dict) -> str:
+    """A single-turn view after VASD: kept (lower end within the margin), a drop (the interval below 0), or neither."""
+    if d["kept"]:
+        return "kept"
+    return "drops (interval below 0)" if d["high"] < 0 else "no drop detected, not shown kept"
+
+
 def _vasd(s: dict) -> tuple[str, str]:
     t, a = s["vasd"]["test"], s["vasd"]["ablation"]
     kept, ctrl = t["kept"], a["vasd_minus_self_sft"]
     recovery, target_name = _vasd_recovery(t["recovery"])
     result = (
-        f"on {t['n']} test tasks never used for a choice, {len(t['seeds'])} seeds, `single_turn_mix` "
-        f"{t['single_turn_mix']:g} chosen on dev: {recovery}; SHARDED {_points(t['sharded_gain'])}, FULL "
+        f"on {t['n']} test tasks never used for a choice, {len(t['seeds'])} seeds each for VASD and self-SFT, "
+        f"{_vasd_config(t)} chosen on dev: {recovery}; SHARDED {_points(t['sharded_gain'])}, FULL "
         f"{_points(kept['full'])}, CONCAT {_points(kept['concat'])}; VASD - self-SFT (same budget) on SHARDED "
         f"{_points(ctrl['sharded'])}"
     )  # fmt: skip
     met = t["recovery"]["met"]
-    text = (f"{target_name} {'met' if met else 'not met'}; FULL and CONCAT "
-            + ("kept" if kept["full"]["kept"] and kept["concat"]["kept"] else "drop (interval below 0)")
+    text = (f"{target_name} {'met' if met else 'not met'}; "
+            + ", ".join(f"{view.upper()} {_kept(kept[view])}" for view in ("full", "concat"))
             + f"; distillation vs self-SFT: {reading(ctrl['sharded'])}")  # fmt: skip
     return result, text
 

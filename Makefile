@@ -65,7 +65,7 @@ reproduce: venv
 	$(BIN)/python reproduce/run.py $(if $(PARTS),--parts $(PARTS))
 
 # Learning curves long enough to move (about 2 hours each on 2 cores; resumable; results in reproduce/studies/METHOD/).
-# Flags: make study-vasd SEEDS=0,1,2 STEPS=120 EVERY=15
+# Flags: make study-vasd SEEDS=0,1,2 STEPS=60 EVERY=10
 .PHONY: study-vasd study-rl
 study-vasd: venv
 	$(BIN)/python reproduce/study_vasd.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """`make study-rl`: follow-up RL long enough to move, a held-out learning curve per seed on SmolLM2-135M-Instruct.
 
-    python reproduce/study_rl.py [--seeds 0,1,2] [--steps 50] [--every 10]
+    python reproduce/study_rl.py [--seeds 0,1,2] [--steps 36] [--every 12]
                                  [--out outputs/studies/rl] [--results reproduce/studies/rl]
 
 The reproduce collab part (`reproduce/collab.py`) trains follow-up RL for 4 steps; this trains the same recipe

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """`make study-vasd`: VASD long enough to move, a learning curve per view and seed on SmolLM2-135M-Instruct.
 
-    python reproduce/study_vasd.py [--seeds 0,1,2] [--steps 120] [--every 15] [--start MODEL] [--tasks N]
+    python reproduce/study_vasd.py [--seeds 0,1,2] [--steps 60] [--every 10] [--start MODEL] [--tasks N]
                                    [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
 
 The reproduce VASD part (`reproduce/vasd.py`) trains 8 steps; this trains the same recipe in the same form

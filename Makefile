@@ -64,14 +64,18 @@ bench: venv
 reproduce: venv
 	$(BIN)/python reproduce/run.py $(if $(PARTS),--parts $(PARTS))
 
-# Learning curves long enough to move (about 2 hours each on 2 cores; resumable; results in reproduce/studies/METHOD/).
+# Learning curves long enough to move (1-1.3 hours each on 2 cores; resumable; results in reproduce/studies/METHOD/).
 # Flags: make study-vasd SEEDS=0,1,2 STEPS=60 EVERY=10
-.PHONY: study-vasd study-rl
+# make study-collab SEEDS=0,1,2: the reproduce collab part with every arm and RL trained at 3 seeds (~70 min).
+.PHONY: study-vasd study-rl study-collab
 study-vasd: venv
 	$(BIN)/python reproduce/study_vasd.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))
 
 study-rl: venv
 	$(BIN)/python reproduce/study_rl.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))
+
+study-collab: venv
+	$(BIN)/python reproduce/study_collab.py $(if $(SEEDS),--seeds $(SEEDS))
 
 quality: venv
 	$(BIN)/ruff check .

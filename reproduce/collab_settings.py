@@ -55,6 +55,15 @@ def seeds() -> list[int]:
     return [LABELLED_SEED, *sorted(s for s in value if s != LABELLED_SEED)]
 
 
+def use_seeds(value: list[int]) -> None:
+    """Train at these seeds (distinct integers >= 0) instead of the settings' (`make study-collab`'s one change to the
+    part); a part folder made with other seeds is then refused, the seeds being part of `SETTINGS`."""
+    if LABELLED_SEED not in value:
+        raise repro.StepError(f"seeds {','.join(map(str, value))}: include {LABELLED_SEED}, the seed the blind labels "
+                              "were made on (its folders keep the one-seed names)")  # fmt: skip
+    SETTINGS["seeds"] = list(value)
+
+
 def run_name(model: str, seed: int | None = None) -> str:
     """A model's name at one training seed, as its folders spell it (`sft_NAME`, `probe_NAME`, `ifbench_NAME`):
     `real` at the labelled seed and for the seed-free base model, `real_seed1` at seed 1."""

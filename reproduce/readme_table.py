@@ -137,7 +137,8 @@ def _collab_row(s: dict, model: str) -> tuple[str, str]:
         judge += "; calibrated intervals " + ("apart" if apart else "overlap (no detectable difference)")
     if readers:
         judge += "; readers minus their floor: " + (
-            "detectable" if detectable(readers["floor_subtracted_gain"]) else "no detectable difference")
+            "detectable" if detectable(readers["floor_subtracted_gain"]) else "no detectable difference"
+        )
     return result, judge
 
 

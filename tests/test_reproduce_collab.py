@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import repro
-from collab_fakes import ROOT, import_part, run_part
 
 from fic.eval.rates import turn_sha
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reproduce"))
+
+import repro  # noqa: E402
+from collab_fakes import ROOT, import_part, run_part  # noqa: E402
 
 
 @pytest.fixture(params=["gpu", "cpu"])

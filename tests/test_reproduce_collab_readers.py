@@ -3,11 +3,14 @@ rate, floor and floor-subtracted gain, the table, text and targets; the label sc
 runs on the made-up commands of tests/collab_fakes.py."""
 
 import json
+import sys
 from pathlib import Path
 
-from collab_fakes import KEY, ROOT, flip, run_part, samples, write
-
 from fic.eval.rates import turn_sha
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reproduce"))
+
+from collab_fakes import KEY, ROOT, flip, run_part, samples, write  # noqa: E402
 
 
 def _real_labels(folder: Path, flag: bool = True) -> list[dict]:

@@ -7,10 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-import collab_fakes
 import pytest
-import repro
-from collab_fakes import KEY, flip, import_part, run_part, samples, write
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reproduce"))
+
+import collab_fakes  # noqa: E402
+import repro  # noqa: E402
+from collab_fakes import KEY, flip, import_part, run_part, samples, write  # noqa: E402
 
 
 def _seed_of(model: str) -> int:

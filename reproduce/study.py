@@ -201,6 +201,10 @@ def main(module, argv: list[str] | None = None) -> int:
                 summary = module.run(out, args, progress)
             finally:
                 add_minutes(out, (time.time() - start) / 60)
+            # the work folder as the command named it (outputs/studies/NAME), not this machine's absolute path
+            root = repro.ROOT.resolve()
+            shown = str(out.relative_to(root)) if out.is_relative_to(root) else args.out.rstrip("/")
+            summary = json.loads(json.dumps(summary).replace(str(out), shown))
             summary["minutes"] = round(earlier_minutes(out), 2)
             summary["estimated_minutes"] = round(estimate / 60, 1)
             results.mkdir(parents=True, exist_ok=True)

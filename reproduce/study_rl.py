@@ -18,7 +18,9 @@ step) with `fic.trainers.reward_hacking.reward_hacking_summary`, the trainer's o
 What it writes to the results folder: `summary.json` (per seed and checkpoint the held-out genuine rate and generic
 floor with their item-clustered intervals, the seeds pooled per step with the seed-and-item bootstrap interval, the
 last checkpoint against the base model, the reward curve and its check per window, the minutes), `curve.png` and
-`report.md`. Rates are the judge's raw rates (no blind labels read here). Resumable: a trained seed is not trained
+`report.md`, and the blind labels of the base model's and each seed's last checkpoint's turns where they are committed
+(`reproduce/study_rl_readers.py`: readers' rates and floor, the calibrated rates, the readers' gain per seed and
+pooled), else the command that makes them. Resumable: a trained seed is not trained
 again, an evaluated checkpoint is not evaluated again. Defaults, budget and units: `reproduce/settings/study_rl.json`.
 """
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(HERE))
 import collab  # noqa: E402
 import repro  # noqa: E402
 import study  # noqa: E402
+import study_rl_readers  # noqa: E402
 from vasd_estimates import difference, seed_rate  # noqa: E402
 
 NAME = "rl"
@@ -199,7 +202,10 @@ def run(out: Path, flags, progress) -> dict:
         flagged = rewards[seed]["flagged"]
         progress(f"seed {seed}: reward vs judge-genuine: {len(rewards[seed]['windows'])} windows, {flagged} flagged"
                  + (f": {rewards[seed]['warning']}" if flagged else ""))  # fmt: skip
-    return summarize(flags, lr, source, held, base, base_outcomes, curves, outcomes, rewards)
+    summary = summarize(flags, lr, source, held, base, base_outcomes, curves, outcomes, rewards)
+    summary["blind_labels"] = study_rl_readers.figures(out, list(curves), steps[-1])
+    progress("blind labels: " + (summary["blind_labels"]["note"] or "read"))
+    return summary
 
 
 def point_line(p: dict) -> str:
@@ -259,7 +265,8 @@ def report(summary: dict) -> str:
         f"the base model's answers, judged by `{s['probe']['judge']}`"
         f"{' contrastively' if s['probe']['contrast'] else ''} (T={s['probe']['temperatures']}, "
         f"{s['probe']['samples']} turns per context). {s['minutes']:.1f} min on 2 CPU cores (estimated "
-        f"{s['estimated_minutes']:.0f}). Rates are the judge's raw rates; no blind labels are read here.", "",
+        f"{s['estimated_minutes']:.0f}). The curve's rates are the judge's raw rates; blind labels of the last checkpoints "
+        "are read in their own section below.", "",
         f"**Last checkpoint (step {s['steps']}) minus the base model**, held-out genuine rate, percentage points, "
         f"seeds and items resampled: {study.interval_text(s['last_vs_base'])}.", "",
         f"**Reward vs judge-genuine share** (`trainers/reward_hacking.py`, windows of {rv['window']} logged steps, read "
@@ -269,6 +276,7 @@ def report(summary: dict) -> str:
         "Reward and judge-genuine share per window (least-squares slope per step):", "",
         study.curve_table(win, [("seed", "seed"), ("steps", "steps"), ("reward slope", "reward"),
                                 ("genuine slope", "genuine"), ("hacking", "hacking")]),
+        *(study_rl_readers.report_lines(s["blind_labels"]) if "blind_labels" in s else []),
         study.GPU_NOTE, "",
     ])  # fmt: skip
 

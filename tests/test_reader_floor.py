@@ -20,6 +20,7 @@ from fic.reader_floor import (
     reader_rate,
     reader_readings,
     reading_flags,
+    seeded_reader_difference,
     without_context_free,
 )
 
@@ -141,6 +142,39 @@ def test_reader_difference_subtracts_the_floor_rise_paired_by_item():
     assert unknown["gain"]["diff"] is None and "carry no context_free flag" in unknown["note"]
     few = reader_difference(base_real, base_foils[:9], arm_real, arm_foils)
     assert few["floor_subtracted_gain"]["diff"] is None and "base_floor 9 (< 10)" in few["note"]
+
+
+def test_seeded_reader_difference_pools_the_seeds_and_resamples_them():
+    """One seed: `reader_difference` draw for draw. Three seeds that agree: the pooled points; three that disagree
+    (arm real 40%, 70%, 100%, floor 10% each): the same pooled gain, a wider interval than the seeds taken as fixed."""
+    items = range(20)
+    base_real = [label(i, i % 10 < 3, False, sample=s) for i in items for s in (0, 1)]
+    base_foils = [label(i, i % 10 < 1, False, sample=2) for i in items]
+
+    def arm(share_real: int, share_floor: int = 1):
+        return ([label(i, i % 10 < share_real, False, sample=s) for i in items for s in (0, 1)],
+                [label(i, i % 10 < share_floor, False, sample=2) for i in items])  # fmt: skip
+
+    one = seeded_reader_difference(base_real, base_foils, {0: arm(7)[0]}, {0: arm(7)[1]}, seed=3)
+    direct = reader_difference(base_real, base_foils, *arm(7), seed=3)
+    for stat in ("gain", "floor_rise", "floor_subtracted_gain"):
+        assert one[stat] == pytest.approx(direct[stat]), stat
+    assert one["n_seeds"] == 1
+    agree = seeded_reader_difference(base_real, base_foils, {s: arm(7)[0] for s in range(3)},
+                                     {s: arm(7)[1] for s in range(3)})  # fmt: skip
+    assert agree["gain"]["diff"] == pytest.approx(0.4) and agree["floor_subtracted_gain"]["diff"] == pytest.approx(0.4)
+    shares = {0: 4, 1: 7, 2: 10}
+    spread = seeded_reader_difference(base_real, base_foils, {s: arm(k)[0] for s, k in shares.items()},
+                                      {s: arm(k)[1] for s, k in shares.items()})  # fmt: skip
+    fixed = reader_difference(base_real, base_foils, [r for k in shares.values() for r in arm(k)[0]],
+                              [r for k in shares.values() for r in arm(k)[1]])  # fmt: skip
+    assert spread["gain"]["diff"] == pytest.approx(fixed["gain"]["diff"]) == pytest.approx(0.4)
+    width = lambda d: d["gain"]["high"] - d["gain"]["low"]  # noqa: E731
+    assert width(spread) > 1.5 * width(fixed) and spread["n_seeds"] == 3
+    few = seeded_reader_difference(base_real, base_foils[:9], {0: arm(7)[0]}, {0: arm(7)[1]})
+    assert few["gain"]["diff"] is None and "(< 10)" in few["note"]
+    with pytest.raises(ValueError, match="same seeds"):
+        seeded_reader_difference(base_real, base_foils, {0: arm(7)[0]}, {1: arm(7)[1]})
 
 
 # `fic rates` on a probe folder ------------------------------------------------------------------------------------

@@ -335,6 +335,80 @@ def test_rl_study_curve_reward_check_and_resume(rl_env):
     assert json.loads((tmp / "results" / "summary.json").read_text())["curves"] == summary["curves"]
 
 
+def _blind_labels(probe: Path, share: float, foil_share: float) -> tuple[list[dict], list[dict]]:
+    """Made-up blind labels of a probe folder, as `fic review --sample 30 --foil-share 0.25` writes them: 2 real turns
+    of every item (genuine with chance `share`), 1 foil turn of every item (genuine with chance `foil_share`, shown
+    after the next item's conversation)."""
+    from fic.eval.rates import turn_sha
+
+    rows = [json.loads(x) for x in (probe / "samples.jsonl").read_text().splitlines()]
+    keys = ("dataset", "item_id", "temperature", "perturbation", "sample")
+    real, foils = [], []
+    for r in rows:
+        base = {k: r[k] for k in keys} | {"turn_sha": turn_sha(r["user_turn"]), "context_free": False}
+        draw = _u(probe.parts[-5:], r["dataset"], r["item_id"], r["sample"])
+        if r["sample"] < 2:
+            real.append(base | {"genuine": draw < share, "label": "genuine_followup" if draw < share else "x"})
+        elif r["sample"] == 2:
+            nxt = str((int(r["item_id"]) + 1) % 12)
+            foils.append(base | {"genuine": draw < foil_share, "foil": True, "context_item_id": nxt,
+                                 "label": "genuine_followup" if draw < foil_share else "x"})  # fmt: skip
+    return real, foils
+
+
+def test_rl_study_reads_the_blind_labels_of_the_last_checkpoints(rl_env, monkeypatch):
+    """Without labels the summary and report name the pooled blind session's command; with committed real and foil
+    labels of the base model and each seed's last checkpoint, a rerun (nothing trained or probed again) reports each
+    model's readers' rate, floor and calibrated rate, the readers' gain per seed and pooled over the seeds (seeds and
+    items resampled), and the labels attach by turn hash."""
+    import study_rl_readers
+
+    study_rl, calls, flags, tmp = rl_env
+    labels, foils = tmp / "labels" / "study_rl", tmp / "labels" / "study_rl_foils"
+    monkeypatch.setattr(study_rl_readers, "LABELS", labels)
+    monkeypatch.setattr(study_rl_readers, "FOILS", foils)
+    args = ["--seeds", "0,1", "--steps", "4", "--every", "2", *flags]
+    assert study_rl.main(args) == 0
+    blind = json.loads((tmp / "results" / "summary.json").read_text())["blind_labels"]
+    assert blind["pooled"] is None and blind["note"].startswith(
+        "no blind labels (real and foil) yet for base, seed0, seed1"
+    )
+    assert "--sample 30 --seed 0 --foil-share 0.25 --readers 2" in blind["note"]
+    assert blind["note"] in (tmp / "results" / "report.md").read_text()
+
+    work = tmp / "work"
+    probes = {"base": work / "probe_base", **{f"seed{s}": work / "train" / f"seed{s}" / "checkpoint-4" / "eval" / "probe"
+                                              for s in (0, 1)}}  # fmt: skip
+    shares = {"base": (0.2, 0.1), "seed0": (0.6, 0.1), "seed1": (0.7, 0.2)}
+    for name, folder in probes.items():
+        real, foil = _blind_labels(folder, *shares[name])
+        for root, rows in ((labels, real), (foils, foil)):
+            root.mkdir(parents=True, exist_ok=True)
+            (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for value in calls.values():
+        value.clear()
+    assert study_rl.main(args) == 0
+    assert calls == {"probe": [], "eval": [], "plan": [], "train": []}
+    blind = json.loads((tmp / "results" / "summary.json").read_text())["blind_labels"]
+    assert blind["note"] == ""
+    assert [blind["calibrated"][m]["status"] for m in probes] == ["48 of 48 labels attach"] * 3
+    assert blind["calibrated"]["seed0"]["overall"]["rate"] is not None
+    models = blind["readers"]["models"]
+    assert models["seed1"]["n_real"] == 48 and models["seed1"]["n_foils"] == 24
+    assert set(blind["readers"]["differences"]) == {"seed0", "seed1"}
+    gain = blind["pooled"]["counted"]["gain"]
+    rate = lambda rows: sum(r["genuine"] for r in rows) / len(rows)  # noqa: E731
+    real = {m: _blind_labels(f, *shares[m])[0] for m, f in probes.items()}
+    assert gain["diff"] == pytest.approx(rate(real["seed0"] + real["seed1"]) - rate(real["base"]))
+    assert gain["low"] > 0 and blind["pooled"]["counted"]["n_seeds"] == 2
+    report = (tmp / "results" / "report.md").read_text()
+    assert (
+        "## Blind labels of the last checkpoints" in report and "seeds pooled (2, seeds and items resampled)" in report
+    )
+    kept = {k: v for k, v in blind.items() if k not in ("labels", "foils")}  # the labels' folders, repo-relative
+    assert str(tmp) not in json.dumps(kept)  # no machine path in what is committed
+
+
 def test_rl_study_one_seed_pools_each_step_by_itself(rl_env):
     study_rl, calls, flags, tmp = rl_env
     assert study_rl.main(["--seeds", "3", "--steps", "4", "--every", "2", *flags]) == 0

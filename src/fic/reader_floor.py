@@ -23,7 +23,7 @@ rows (`genuine`, `context_free`, and the turn's `dataset` / `item_id`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -180,6 +180,53 @@ def reader_difference(base_real: Sequence[dict], base_foils: Sequence[dict], arm
         out[name] = {"diff": float(point), "low": low, "high": high, "p": bootstrap_p(draws)}
     out["rates"] = {name: float(r) for name, r in zip(sets, rates)}
     return {**out, "note": ""}
+
+
+def seeded_reader_difference(base_real: Sequence[dict], base_foils: Sequence[dict],
+                             arms_real: Mapping[Hashable, Sequence[dict]], arms_foils: Mapping[Hashable, Sequence[dict]],
+                             reading: str = "counted", n_boot: int = 2000, seed: int = 0,
+                             z: float = 1.96) -> dict:  # fmt: skip
+    """`reader_difference` for a trained model at several training seeds (`{seed: label rows}`, real and foil, the
+    same seeds on both sides) against the seed-free base model: an arm's rate pools its seeds' labels, and each of
+    `n_boot` replicates draws the items with replacement (the union of every set's items, each drawn with all its
+    turns, as `reader_difference` draws them, and first, so with one seed the two agree draw for draw), then the seeds
+    with replacement. Returns `reader_difference`'s dict with `n_seeds`; under `MIN_CLUSTERS` items in any pooled set,
+    or an unknown reading, every diff is None and `note` says why."""
+    seeds = list(arms_real)
+    if not seeds or set(seeds) != set(arms_foils):
+        raise ValueError("arms_real and arms_foils: give the same seeds, at least one")
+    pooled_real = [r for s in seeds for r in arms_real[s]]
+    pooled_foils = [r for s in seeds for r in arms_foils[s]]
+    out = reader_difference(base_real, base_foils, pooled_real, pooled_foils, reading, n_boot=1, seed=seed, z=z)
+    out["n_seeds"] = len(seeds)
+    if out["note"]:
+        return out
+    sets = [("real", base_real), ("floor", base_foils)]
+    sets += [("real", arms_real[s]) for s in seeds] + [("floor", arms_foils[s]) for s in seeds]
+    flags = [reading_flags(rows, reading) for _, rows in sets]
+    items = list(dict.fromkeys(_item(r) for _, rows in sets for r in rows))
+    where = {item: i for i, item in enumerate(items)}
+    k, n = np.zeros((len(sets), len(items))), np.zeros((len(sets), len(items)))
+    for j, ((_, rows), f) in enumerate(zip(sets, flags)):
+        for row, flag in zip(rows, f):
+            k[j, where[_item(row)]] += flag
+            n[j, where[_item(row)]] += 1
+    rng = np.random.default_rng(seed)
+    idx = draw_clusters(rng, len(items), n_boot)
+    pick = rng.integers(0, len(seeds), size=(n_boot, len(seeds)))
+    ks, ns = k[:, idx].sum(2), n[:, idx].sum(2)  # (sets, n_boot)
+    cols = np.arange(n_boot)
+    arm = {}
+    for side, first in (("real", 2), ("floor", 2 + len(seeds))):
+        arm[side] = (ks[first + pick.T, cols].sum(0), ns[first + pick.T, cols].sum(0))
+    ok = (ns[0] > 0) & (ns[1] > 0) & (arm["real"][1] > 0) & (arm["floor"][1] > 0)
+    gain = arm["real"][0][ok] / arm["real"][1][ok] - ks[0][ok] / ns[0][ok]
+    rise = arm["floor"][0][ok] / arm["floor"][1][ok] - ks[1][ok] / ns[1][ok]
+    for name, draws in (("gain", gain), ("floor_rise", rise), ("floor_subtracted_gain", gain - rise)):
+        point = out[name]["diff"]
+        low, high = percentile_interval(draws, alpha_of(z), point=point)
+        out[name] = {"diff": point, "low": low, "high": high, "p": bootstrap_p(draws)}
+    return out
 
 
 def reader_readings(real: Sequence[dict], foils: Sequence[dict], samples: Sequence[dict] | None = None,

@@ -104,9 +104,10 @@ def fake_train(recipe: str, overrides: list[str], output_dir: Path, log: Path, t
 
 
 def import_part(monkeypatch, scale: str):
-    """A fresh `collab` module at `SCALE=scale` (its SETTINGS and CHOOSE_IN_RUN are read at import)."""
+    """A fresh `collab` module at `SCALE=scale` (its SETTINGS and CHOOSE_IN_RUN are read at import), and fresh
+    modules of the part (every `collab_*` one reads the settings at import)."""
     monkeypatch.setenv("SCALE", scale)
-    for name in ("collab", "collab_labels", "collab_report", "collab_settings", "heldout"):
+    for name in [n for n in sys.modules if n.startswith("collab") and n != "collab_fakes"] + ["heldout"]:
         sys.modules.pop(name, None)
     import collab as part
 

@@ -484,7 +484,14 @@ def test_the_collab_modules_import_one_way_and_share_no_private_name():
         if name not in reached:
             reached.add(name)
             todo += sorted(graph[name])
-    assert {"collab_report", "collab_figures", "collab_tables", "collab_labels", "collab_settings", "heldout"} <= reached
+    assert {
+        "collab_report",
+        "collab_figures",
+        "collab_tables",
+        "collab_labels",
+        "collab_settings",
+        "heldout",
+    } <= reached
 
     def leads_back(start: str) -> bool:
         seen, todo = set(), list(graph[start])

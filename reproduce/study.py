@@ -204,7 +204,10 @@ def main(module, argv: list[str] | None = None) -> int:
             # the work folder as the command named it (outputs/studies/NAME), not this machine's absolute path
             root = repro.ROOT.resolve()
             shown = str(out.relative_to(root)) if out.is_relative_to(root) else args.out.rstrip("/")
-            summary = json.loads(json.dumps(summary).replace(str(out), shown))
+            text = json.dumps(summary).replace(str(out), shown)
+            for prefix in {f"{repro.ROOT}/", f"{root}/"}:  # other paths in the checkout (a start model), relative
+                text = text.replace(prefix, "")
+            summary = json.loads(text)
             summary["minutes"] = round(earlier_minutes(out), 2)
             summary["estimated_minutes"] = round(estimate / 60, 1)
             results.mkdir(parents=True, exist_ok=True)

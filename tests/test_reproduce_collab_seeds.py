@@ -108,6 +108,12 @@ def test_seeded_differences_are_paired_by_context(tmp_path, monkeypatch):
             assert (cell["diff"], cell["low"], cell["high"], cell["n_seeds"]) == (0.0, 0.0, 0.0, 3), (k, cell)
 
 
+@pytest.fixture
+def collab_recorded(tmp_path, monkeypatch):
+    """SCALE=cpu, the default: the choices read from reproduce/dev_choices.json; three seeds."""
+    return run_part(tmp_path, monkeypatch, "cpu")
+
+
 def test_the_base_model_is_seed_free_and_ifbench_has_its_own_rows(collab_recorded):
     """One base model (one held-out and one IFBench probe, its figures the probes' own); every model probed on
     IFBench items outside the judge's fit after the base model's answers, reported as a third dataset apart from the

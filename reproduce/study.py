@@ -41,7 +41,7 @@ class FlagError(ValueError):
     """A bad command-line flag; `main` prints it as one line."""
 
 
-class _Parser(argparse.ArgumentParser):
+class FlagParser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print the usage block and exit; one line is enough
         raise FlagError(message)
 
@@ -72,7 +72,7 @@ def parse_flags(argv: list[str] | None, module) -> argparse.Namespace:
     """The study's flags (`module.add_flags(parser)` adds its own, `module.check_flags(args)` checks them), checked;
     a bad one raises `FlagError` (one line)."""
     name, d = module.NAME, module.SETTINGS["defaults"]
-    parser = _Parser(prog=f"study-{name}", description=module.__doc__,
+    parser = FlagParser(prog=f"study-{name}", description=module.__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--seeds", default=",".join(map(str, d["seeds"])), help="comma-separated training seeds")
     parser.add_argument("--steps", type=int, default=d["steps"], help="training steps per seed")

@@ -35,7 +35,7 @@ DEFAULT_SEEDS = "0,1,2"
 
 
 def parse_flags(argv: list[str] | None) -> argparse.Namespace:
-    parser = study._Parser(prog="study-collab", description=__doc__,
+    parser = study.FlagParser(prog="study-collab", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated training seeds (must include 0)")
     parser.add_argument("--out", default=str(study.WORK / NAME), help="work folder (models, probes, logs)")

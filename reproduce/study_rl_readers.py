@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import repro
+import study
 from collab_labels import FOIL_SHARE, calibrated_rates, foil_labels, reader_figures
 
 LABELS = repro.ROOT / "labels" / "followup" / "study_rl"
@@ -98,15 +99,12 @@ def figures(out: Path, seeds: list[int], last: int, labels: Path | None = None, 
 
 
 def _cell(cell: dict | None) -> str:
-    """A rate `12.5 [5.0, 20.1] (n=30)` or a difference `+12.5 [+2.0, +23.1] (p 0.04)`, percent; n/a or the note."""
+    """A rate `12.5 [5.0, 20.1] n=30` or a difference `+12.5 [+2.0, +23.1] (p 0.04)`, percent; n/a or the note."""
     if not cell:
         return "n/a"
     if "diff" in cell:
-        if cell["diff"] is None:
-            return "n/a"
         p = cell.get("p_holm", cell.get("p"))
-        return (f"{100 * cell['diff']:+.1f} [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}]"
-                f"{'' if p is None else f' (p {p:.2f})'}")  # fmt: skip
+        return study.interval_text(cell) + ("" if cell["diff"] is None or p is None else f" (p {p:.2f})")
     return repro.rate_cell(cell)
 
 

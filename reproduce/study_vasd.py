@@ -2,7 +2,7 @@
 """`make study-vasd`: VASD long enough to move, a learning curve per view and seed on SmolLM2-135M-Instruct.
 
     python reproduce/study_vasd.py [--seeds 0,1,2] [--steps 60] [--every 10] [--start MODEL] [--tasks N]
-                                   [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
+                                   [--confirm M] [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
 
 The reproduce VASD part (`reproduce/vasd.py`) trains 8 steps; this trains the same recipe in the same form
 (`recipes/reproduce_vasd.yaml`: LoRA, the teacher the same weights with the adapter off) from the same start model
@@ -11,12 +11,16 @@ configuration the part chose on dev (`reproduce/dev_choices.json` `vasd_config` 
 start model, else the recipe's values), for `--steps` steps at each seed, saving a checkpoint every `--every` steps.
 Each checkpoint and the start model (step 0) are scored with `fic lic` (FULL, CONCAT, SHARDED, greedy) on the part's
 held-out test tasks (`vasd.family_tasks(task, "test", n)`, the tasks the part reports on; no choice here reads them).
+Then the start model and each seed's last checkpoint are scored once more on `--confirm` further test tasks, the next
+ones of the same held-out split, which neither the part nor the curve scores: the last-minus-start differences on
+them are a confirmation on items no earlier figure read (in the committed run, 60 tasks gave a paired interval about
+16 points wide, too wide to tell a 5-point loss of single-turn skill from none).
 
 What it writes to the results folder: `summary.json` (per seed and step P_full / P_concat / P_sharded, the seeds
 pooled per step with the seed-and-task bootstrap interval, the last checkpoint against the start model per view with
-its interval and the share of the multi-turn gap closed, the minutes), `curve.png` and `report.md`. Resumable: a
-seed whose training finished is not trained again (a killed training resumes from its last checkpoint), a scored
-checkpoint is not scored again. Defaults, budget and units: `reproduce/settings/study_vasd.json`.
+its interval, the share of the multi-turn gap closed, the same differences on the confirmation tasks, the minutes),
+`curve.png` and `report.md`. Resumable: a seed whose training finished is not trained again (a killed training
+resumes from its last checkpoint), a scored checkpoint is not scored again. Defaults, budget and units: `reproduce/settings/study_vasd.json`.
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ def add_flags(parser) -> None:
     parser.add_argument("--start", default=None, help=f"start model (default: {SETTINGS['start']}, trained if absent)")
     parser.add_argument("--tasks", type=int, default=None,
                         help=f"test tasks scored per checkpoint (default: the part's, {vasd.SETTINGS['eval']['test_n']})")  # fmt: skip
+    parser.add_argument("--confirm", type=int, default=SETTINGS["defaults"]["confirm"],
+                        help="further test tasks (after --tasks) scoring the start model and each seed's last "
+                             "checkpoint once more; 0 skips")  # fmt: skip
 
 
 def check_flags(flags) -> None:
     if flags.tasks is not None and flags.tasks < 1:
         raise study.FlagError(f"--tasks {flags.tasks}: expected a number of test tasks >= 1")
+    if flags.confirm < 0:
+        raise study.FlagError(f"--confirm {flags.confirm}: expected a number of confirmation tasks >= 0 (0 skips)")
 
 
 def n_tasks(flags) -> int:
@@ -81,7 +90,8 @@ def estimated_seconds(settings: dict, flags) -> float:
     seed = t["train_load"] + flags.steps * t["vasd_step"] + len(study.checkpoint_steps(flags.steps, flags.every)) * lic
     start = Path(flags.start) if flags.start else repro.ROOT / settings["start"]
     sft = t["sft"] if flags.start is None and not saved(start) else 0
-    return sft + lic + len(flags.seeds) * seed
+    confirm = (1 + len(flags.seeds)) * (t["lic_load"] + flags.confirm * t["lic_task"]) if flags.confirm else 0
+    return sft + lic + len(flags.seeds) * seed + confirm
 
 
 def saved(folder: Path) -> bool:
@@ -138,7 +148,31 @@ def run(out: Path, flags, progress) -> dict:
             curves[seed].append(point(step, result))
             outcomes[seed][step] = result["outcomes"]
             progress(f"seed {seed}: checkpoint {step}/{flags.steps}: " + views_line(curves[seed][-1]))
-    return summarize(config, flags, n, before, curves, outcomes, start)
+    summary = summarize(config, flags, n, before, curves, outcomes, start)
+    if flags.confirm:
+        summary["confirm"] = confirm(start, config, flags, n, out, progress)
+    return summary
+
+
+def confirm(start: str, config: dict, flags, n: int, out: Path, progress) -> dict:
+    """The start model and each seed's last checkpoint on the `--confirm` test tasks after the first `n` (prefix-stable
+    `family_tasks`, so none is a curve task): the rates and last-minus-start differences per view."""
+    m, logs = flags.confirm, out / "logs"
+    items = vasd.family_tasks(config["task"], "test", n + m)[n:]
+    data = vasd.write_lic_file(items, out / "data" / f"confirm-{n}+{m}-{config['task']}.json")
+    folder, max_new = out / "lic" / f"confirm-{n}+{m}", vasd.SETTINGS["eval"]["max_new_tokens"]
+    progress(f"confirmation: the start model and each seed's last checkpoint on test tasks {n + 1}-{n + m}")
+    before = vasd.lic(start, data, folder / "start", logs / "lic.log", m, max_new)
+    last = {seed: vasd.lic(out / "train" / f"seed{seed}" / f"checkpoint-{flags.steps}", data, folder / f"seed{seed}",
+                           logs / "lic.log", m, max_new) for seed in flags.seeds}  # fmt: skip
+    start_arm = {view: arm({None: before["outcomes"]}, view) for view in VIEWS}
+    last_arm = {view: arm({s: r["outcomes"] for s, r in last.items()}, view) for view in VIEWS}
+    result = {"tasks": m, "first_task": n + 1, "start": point(0, before),
+              "last": {str(s): point(flags.steps, r) for s, r in last.items()},
+              "last_vs_start": {view: difference(start_arm[view], last_arm[view]) for view in VIEWS}}  # fmt: skip
+    progress("confirmation, last minus start: " + "; ".join(
+        f"{v.upper()} {study.interval_text(result['last_vs_start'][v])}" for v in VIEWS))  # fmt: skip
+    return result
 
 
 def views_line(p: dict) -> str:
@@ -188,8 +222,18 @@ def report(summary: dict) -> str:
         + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in s["views"])
         + f". Share of the start model's multi-turn gap (FULL - SHARDED) closed: {gap_text}.", "",
         "The curve per seed (step 0 is the start model), P in percent:", "",
-        study.curve_table(rows, cols), study.GPU_NOTE, "",
+        study.curve_table(rows, cols), *confirm_text(s.get("confirm")), study.GPU_NOTE, "",
     ])  # fmt: skip
+
+
+def confirm_text(c: dict | None) -> list[str]:
+    if not c:
+        return []
+    last = c["last_vs_start"]
+    return ["", f"**Confirmation on {c['tasks']} further test tasks** ({c['first_task']}-{c['first_task'] + c['tasks'] - 1} "
+            "of the held-out split; no curve figure read them), the start model and each seed's last checkpoint, "
+            "last minus start in points: " + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in last)
+            + ". Start model: " + views_line(c["start"]) + "."]  # fmt: skip
 
 
 def plot(summary: dict, path: Path) -> None:

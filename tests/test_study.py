@@ -79,7 +79,7 @@ def vasd_env(tmp_path, monkeypatch):
     monkeypatch.setattr(repro, "fic", fake_fic)
     monkeypatch.setattr(repro, "train", fake_train)
     monkeypatch.setattr(repro, "recorded_choice", no_record)
-    flags = ["--start", str(tmp_path / "start"), "--tasks", "12", "--out", str(tmp_path / "work"),
+    flags = ["--start", str(tmp_path / "start"), "--tasks", "12", "--confirm", "6", "--out", str(tmp_path / "work"),
              "--results", str(tmp_path / "results")]  # fmt: skip
     return study_vasd, calls, flags, tmp_path
 
@@ -93,7 +93,9 @@ def test_vasd_study_writes_the_curve_per_view_and_seed(vasd_env):
     assert f"model_name_or_path={tmp / 'start'}" in overrides and "seed=0" in overrides
     assert _override(overrides, "max_steps") == "4" and _override(overrides, "save_steps") == "2"
     assert "save_strategy=steps" in overrides and "synthetic_task_steps=1" in overrides
-    assert len(calls["lic"]) == 1 + 2 * 2  # the start model once, each checkpoint of each seed once
+    # the start model once, each checkpoint of each seed once; then the start model and each last checkpoint once
+    # more on the confirmation tasks
+    assert len(calls["lic"]) == 1 + 2 * 2 + 1 + 2
     summary = json.loads((tmp / "results" / "summary.json").read_text())
     assert summary["configuration"]["overrides"] == [] and "recipe's values" in summary["configuration"]["source"]
     assert summary["seeds"] == [0, 1] and summary["test_tasks"] == 12
@@ -107,8 +109,17 @@ def test_vasd_study_writes_the_curve_per_view_and_seed(vasd_env):
     assert set(summary["last_vs_start"]) == {"full", "concat", "sharded"}
     assert summary["last_vs_start"]["sharded"]["diff"] > 0.3  # made up: SHARDED 0.2 -> ~0.6
     assert summary["minutes"] >= 0 and summary["estimated_minutes"] > 0
+    confirm = summary["confirm"]
+    assert confirm["tasks"] == 6 and confirm["first_task"] == 13 and set(confirm["last"]) == {"0", "1"}
+    assert all(p["step"] == 4 and p["n"] == 6 for p in confirm["last"].values())
+    assert confirm["last_vs_start"]["sharded"]["n_items"] == 6 and confirm["last_vs_start"]["sharded"]["n_seeds"] == 2
+    curve_ids = {r["task_id"] for r in map(json.loads, open(tmp / "work" / "lic" / "start" / "episodes.jsonl"))}
+    confirm_run = tmp / "work" / "lic" / "confirm-12+6" / "start" / "episodes.jsonl"
+    confirm_ids = {r["task_id"] for r in map(json.loads, open(confirm_run))}
+    assert len(curve_ids) == 12 and len(confirm_ids) == 6 and not curve_ids & confirm_ids  # tasks no curve figure read
     report = (tmp / "results" / "report.md").read_text()
     assert "What a GPU would change" in report and "SHARDED" in report
+    assert "Confirmation on 6 further test tasks** (13-18" in report
     assert (tmp / "results" / "curve.png").stat().st_size > 1000
 
 
@@ -128,7 +139,7 @@ def test_vasd_study_resumes_and_adds_seeds(vasd_env):
     assert study_vasd.main(["--seeds", "0,2", *args]) == 0
     assert [c["out"].name for c in calls["train"]] == ["seed2"]
     assert sorted(str(p.relative_to(tmp / "work" / "lic")) for p in calls["lic"]) == [
-        "seed0/step4", "seed2/step2", "seed2/step4"]  # fmt: skip
+        "confirm-12+6/seed2", "seed0/step4", "seed2/step2", "seed2/step4"]  # fmt: skip
     minutes = json.loads((tmp / "work" / "elapsed.json").read_text())["minutes"]
     assert json.loads((tmp / "results" / "summary.json").read_text())["minutes"] == round(minutes, 2)
 
@@ -178,6 +189,7 @@ def test_one_study_process_at_a_time(vasd_env, capsys):
         (["--steps", "0"], "--steps"),
         (["--steps", "ten"], "--steps"),
         (["--tasks", "0"], "--tasks"),
+        (["--confirm", "-1"], "--confirm"),
         (["--bogus"], "--bogus"),
     ],
 )

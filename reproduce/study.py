@@ -176,6 +176,17 @@ def save_figure(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def shown_paths(obj, out: Path, named: str):
+    """`obj` (JSON-able) with the work folder `out` written as the command named it (outputs/studies/NAME), not as
+    this machine's absolute path, and every other path in the checkout (a start model) relative to it."""
+    root = repro.ROOT.resolve()
+    shown = str(out.relative_to(root)) if out.is_relative_to(root) else named.rstrip("/")
+    text = json.dumps(obj).replace(str(out), shown)
+    for prefix in {f"{repro.ROOT}/", f"{root}/"}:
+        text = text.replace(prefix, "")
+    return json.loads(text)
+
+
 def main(module, argv: list[str] | None = None) -> int:
     """Run the study `module` (see the module docstring); 0 when it finished, 1 on a failed step, 2 on a bad flag."""
     from fic.errors import FicError
@@ -201,13 +212,7 @@ def main(module, argv: list[str] | None = None) -> int:
                 summary = module.run(out, args, progress)
             finally:
                 add_minutes(out, (time.time() - start) / 60)
-            # the work folder as the command named it (outputs/studies/NAME), not this machine's absolute path
-            root = repro.ROOT.resolve()
-            shown = str(out.relative_to(root)) if out.is_relative_to(root) else args.out.rstrip("/")
-            text = json.dumps(summary).replace(str(out), shown)
-            for prefix in {f"{repro.ROOT}/", f"{root}/"}:  # other paths in the checkout (a start model), relative
-                text = text.replace(prefix, "")
-            summary = json.loads(text)
+            summary = shown_paths(summary, out, args.out)
             summary["minutes"] = round(earlier_minutes(out), 2)
             summary["estimated_minutes"] = round(estimate / 60, 1)
             results.mkdir(parents=True, exist_ok=True)

@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             # the part's own report, alone: no other part is missing from a study, and the crosswalk is make reproduce's
             summary = {**run.summarize(out, {NAME: record}), "crosswalk": [], "parts_missing": [],
                        "seeds": args.seeds, "estimated_minutes": round(minutes, 1)}  # fmt: skip
+            # committed results name the work folder as outputs/studies/collab, not as this machine's path
+            summary, record = study.shown_paths(summary, out, args.out), study.shown_paths(record, out, args.out)
             write_report(results, summary, {NAME: record})
     except FicError as err:
         print(f"error: study-collab: {err}", file=sys.stderr)

@@ -165,6 +165,24 @@ def test_vasd_study_refuses_a_folder_of_other_steps(vasd_env, capsys):
     assert len(err) == 1 and err[0].startswith("error: study-vasd:") and "other settings" in err[0]
 
 
+def test_results_name_the_work_folder_as_the_command_did(tmp_path, monkeypatch):
+    """Committed results carry no machine's absolute path: the work folder reads as named (resolved through a
+    symlinked outputs/, as in a worktree), and other checkout paths read relative to the checkout."""
+    import repro
+    import study
+
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere" / "outputs"
+    checkout.mkdir(), elsewhere.mkdir(parents=True)
+    (checkout / "outputs").symlink_to(elsewhere)
+    monkeypatch.setattr(repro, "ROOT", checkout)
+    named = checkout / "outputs" / "studies" / "x"
+    out = named.resolve()
+    assert not out.is_relative_to(checkout)
+    found = {"review": f"fic review {out}/probe_base --sample 30", "start": str(checkout / "outputs" / "sft"), "n": 3}
+    assert study.shown_paths(found, out, str(named) + "/") == {
+        "review": "fic review outputs/studies/x/probe_base --sample 30", "start": "outputs/sft", "n": 3}  # fmt: skip
+
+
 def test_one_study_process_at_a_time(vasd_env, capsys):
     study_vasd, calls, flags, tmp = vasd_env
     (tmp / "work").mkdir()

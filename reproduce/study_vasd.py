@@ -167,9 +167,13 @@ def confirm(start: str, config: dict, flags, n: int, out: Path, progress) -> dic
                            logs / "lic.log", m, max_new) for seed in flags.seeds}  # fmt: skip
     start_arm = {view: arm({None: before["outcomes"]}, view) for view in VIEWS}
     last_arm = {view: arm({s: r["outcomes"] for s, r in last.items()}, view) for view in VIEWS}
+    # each seed alone against the start model: tasks resampled only, so the seeds' spread shows beside the pooled figure
+    per_seed = {str(s): {view: difference(start_arm[view], arm({None: r["outcomes"]}, view)) for view in VIEWS}
+                for s, r in last.items()}  # fmt: skip
     result = {"tasks": m, "first_task": n + 1, "start": point(0, before),
               "last": {str(s): point(flags.steps, r) for s, r in last.items()},
-              "last_vs_start": {view: difference(start_arm[view], last_arm[view]) for view in VIEWS}}  # fmt: skip
+              "last_vs_start": {view: difference(start_arm[view], last_arm[view]) for view in VIEWS},
+              "per_seed": per_seed}  # fmt: skip
     progress("confirmation, last minus start: " + "; ".join(
         f"{v.upper()} {study.interval_text(result['last_vs_start'][v])}" for v in VIEWS))  # fmt: skip
     return result
@@ -233,7 +237,9 @@ def confirm_text(c: dict | None) -> list[str]:
     return ["", f"**Confirmation on {c['tasks']} further test tasks** ({c['first_task']}-{c['first_task'] + c['tasks'] - 1} "
             "of the held-out split; no curve figure read them), the start model and each seed's last checkpoint, "
             "last minus start in points: " + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in last)
-            + ". Start model: " + views_line(c["start"]) + "."]  # fmt: skip
+            + ". Start model: " + views_line(c["start"]) + ". Each seed alone (tasks resampled):", "",
+            *(f"- seed {seed}: " + "; ".join(f"{v.upper()} {study.interval_text(d[v])}" for v in d)
+              for seed, d in c["per_seed"].items())]  # fmt: skip
 
 
 def plot(summary: dict, path: Path) -> None:

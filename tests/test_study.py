@@ -113,13 +113,14 @@ def test_vasd_study_writes_the_curve_per_view_and_seed(vasd_env):
     assert confirm["tasks"] == 6 and confirm["first_task"] == 13 and set(confirm["last"]) == {"0", "1"}
     assert all(p["step"] == 4 and p["n"] == 6 for p in confirm["last"].values())
     assert confirm["last_vs_start"]["sharded"]["n_items"] == 6 and confirm["last_vs_start"]["sharded"]["n_seeds"] == 2
+    assert set(confirm["per_seed"]) == {"0", "1"} and confirm["per_seed"]["1"]["sharded"]["n_seeds"] == 1
     curve_ids = {r["task_id"] for r in map(json.loads, open(tmp / "work" / "lic" / "start" / "episodes.jsonl"))}
     confirm_run = tmp / "work" / "lic" / "confirm-12+6" / "start" / "episodes.jsonl"
     confirm_ids = {r["task_id"] for r in map(json.loads, open(confirm_run))}
     assert len(curve_ids) == 12 and len(confirm_ids) == 6 and not curve_ids & confirm_ids  # tasks no curve figure read
     report = (tmp / "results" / "report.md").read_text()
     assert "What a GPU would change" in report and "SHARDED" in report
-    assert "Confirmation on 6 further test tasks** (13-18" in report
+    assert "Confirmation on 6 further test tasks** (13-18" in report and "- seed 1: FULL" in report
     assert (tmp / "results" / "curve.png").stat().st_size > 1000
 
 

@@ -239,7 +239,7 @@ def confirm_text(c: dict | None) -> list[str]:
             "last minus start in points: " + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in last)
             + ". Start model: " + views_line(c["start"]) + ". Each seed alone (tasks resampled):", "",
             *(f"- seed {seed}: " + "; ".join(f"{v.upper()} {study.interval_text(d[v])}" for v in d)
-              for seed, d in c["per_seed"].items())]  # fmt: skip
+              for seed, d in c["per_seed"].items()), ""]  # fmt: skip
 
 
 def plot(summary: dict, path: Path) -> None:

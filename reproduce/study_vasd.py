@@ -13,8 +13,9 @@ Each checkpoint and the start model (step 0) are scored with `fic lic` (FULL, CO
 held-out test tasks (`vasd.family_tasks(task, "test", n)`, the tasks the part reports on; no choice here reads them).
 Then the start model and each seed's last checkpoint are scored once more on `--confirm` further test tasks, the next
 ones of the same held-out split, which neither the part nor the curve scores: the last-minus-start differences on
-them are a confirmation on items no earlier figure read (in the committed run, 60 tasks gave a paired interval about
-16 points wide, too wide to tell a 5-point loss of single-turn skill from none).
+them are a confirmation on items no earlier figure read, with each seed alone against the start model beside the
+seeds pooled (on 180 tasks a seed's difference is known to about +/-5 points; the pooled interval is then limited by
+how far the seeds disagree).
 
 What it writes to the results folder: `summary.json` (per seed and step P_full / P_concat / P_sharded, the seeds
 pooled per step with the seed-and-task bootstrap interval, the last checkpoint against the start model per view with

@@ -2,7 +2,8 @@
 """`make study-vasd`: VASD long enough to move, a learning curve per view and seed on SmolLM2-135M-Instruct.
 
     python reproduce/study_vasd.py [--seeds 0,1,2] [--steps 60] [--every 10] [--start MODEL] [--tasks N]
-                                   [--confirm M] [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
+                                   [--confirm M] [--side test|dev] [--set KEY=VALUE ...]
+                                   [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
 
 The reproduce VASD part (`reproduce/vasd.py`) trains 8 steps; this trains the same recipe in the same form
 (`recipes/reproduce_vasd.yaml`: LoRA, the teacher the same weights with the adapter off) from the same start model
@@ -22,6 +23,11 @@ pooled per step with the seed-and-task bootstrap interval, the last checkpoint a
 its interval, the share of the multi-turn gap closed, the same differences on the confirmation tasks, the minutes),
 `curve.png` and `report.md`. Resumable: a seed whose training finished is not trained again (a killed training
 resumes from its last checkpoint), a scored checkpoint is not scored again. Defaults, budget and units: `reproduce/settings/study_vasd.json`.
+
+A configuration is checked at study length on dev, never on the tasks above: `--side dev` scores the curve on the
+part's dev split (disjoint from test by a salted hash) and `--set KEY=VALUE` (repeatable) changes a recipe value on
+top of the configuration, e.g. `--side dev --tasks 100 --confirm 0 --set learning_rate=3e-4 --out
+outputs/studies/vasd-dev/lr3e-4 --results reproduce/studies/vasd-dev/lr3e-4`.
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ def add_flags(parser) -> None:
     parser.add_argument("--confirm", type=int, default=SETTINGS["defaults"]["confirm"],
                         help="further test tasks (after --tasks) scoring the start model and each seed's last "
                              "checkpoint once more; 0 skips")  # fmt: skip
+    parser.add_argument("--side", choices=["test", "dev"], default="test",
+                        help="the split whose tasks are scored: test (the part's held-out tasks) or dev (where a "
+                             "configuration is checked before a study reports on test)")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe value on top of the configuration (repeatable), e.g. learning_rate=3e-4",
+    )
 
 
 def check_flags(flags) -> None:
@@ -57,6 +74,11 @@ def check_flags(flags) -> None:
         raise study.FlagError(f"--tasks {flags.tasks}: expected a number of test tasks >= 1")
     if flags.confirm < 0:
         raise study.FlagError(f"--confirm {flags.confirm}: expected a number of confirmation tasks >= 0 (0 skips)")
+    for item in flags.extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip() or key != key.strip():
+            raise study.FlagError(f"--set {item!r}: expected KEY=VALUE, a recipe key and its value, e.g. "
+                                  "--set learning_rate=3e-4")  # fmt: skip
 
 
 def n_tasks(flags) -> int:
@@ -80,6 +102,8 @@ def configuration() -> dict:
 def settings_key(flags) -> dict:
     return {"model": repro.MODEL, "recipe": SETTINGS["recipe"], "configuration": configuration(),
             "start": flags.start or SETTINGS["start"], "test_n": n_tasks(flags),
+            # a dev check's folder is not a test study's; absent at the defaults, so earlier work folders still match
+            **({"side": flags.side} if flags.side != "test" else {}), **({"set": flags.extra} if flags.extra else {}),
             "max_new_tokens": vasd.SETTINGS["eval"]["max_new_tokens"], "overrides": SETTINGS["overrides"]}  # fmt: skip
 
 
@@ -114,7 +138,7 @@ def train_seed(start: str, config: dict, seed: int, flags, out: Path, logs: Path
     """One seed's VASD run with a checkpoint every `--every` steps (skipped when its final model is saved)."""
     overrides = [f"model_name_or_path={start}", f"synthetic_task_steps={ARITHMETIC[config['task']]}", f"seed={seed}",
                  f"max_steps={flags.steps}", f"save_steps={flags.every}", *SETTINGS["overrides"],
-                 *config["overrides"]]  # fmt: skip
+                 *config["overrides"], *flags.extra]  # fmt: skip
     return repro.train(SETTINGS["recipe"], overrides, out / "train" / f"seed{seed}", logs / f"train-seed{seed}.log")
 
 
@@ -126,10 +150,11 @@ def run(out: Path, flags, progress) -> dict:
     logs = out / "logs"
     config = configuration()
     n = n_tasks(flags)
-    items = vasd.family_tasks(config["task"], "test", n)
-    test_file = vasd.write_lic_file(items, out / "data" / f"test-{config['task']}.json")
+    items = vasd.family_tasks(config["task"], flags.side, n)
+    test_file = vasd.write_lic_file(items, out / "data" / f"{flags.side}-{config['task']}.json")
     max_new = vasd.SETTINGS["eval"]["max_new_tokens"]
-    progress(f"task {config['task']}, configuration from {config['source']}: {config['overrides'] or 'none'}")
+    progress(f"task {config['task']}, configuration from {config['source']}: {config['overrides'] or 'none'}"
+             + (f"; set: {', '.join(flags.extra)}" if flags.extra else "") + f"; {n} {flags.side} tasks")  # fmt: skip
     start = start_model(flags, logs)
     before = vasd.lic(start, test_file, out / "lic" / "start", logs / "lic.log", n, max_new)
     progress("start model: " + views_line(point(0, before)))
@@ -159,10 +184,10 @@ def confirm(start: str, config: dict, flags, n: int, out: Path, progress) -> dic
     """The start model and each seed's last checkpoint on the `--confirm` test tasks after the first `n` (prefix-stable
     `family_tasks`, so none is a curve task): the rates and last-minus-start differences per view."""
     m, logs = flags.confirm, out / "logs"
-    items = vasd.family_tasks(config["task"], "test", n + m)[n:]
+    items = vasd.family_tasks(config["task"], flags.side, n + m)[n:]
     data = vasd.write_lic_file(items, out / "data" / f"confirm-{n}+{m}-{config['task']}.json")
     folder, max_new = out / "lic" / f"confirm-{n}+{m}", vasd.SETTINGS["eval"]["max_new_tokens"]
-    progress(f"confirmation: the start model and each seed's last checkpoint on test tasks {n + 1}-{n + m}")
+    progress(f"confirmation: the start model and each seed's last checkpoint on {flags.side} tasks {n + 1}-{n + m}")
     before = vasd.lic(start, data, folder / "start", logs / "lic.log", m, max_new)
     last = {seed: vasd.lic(out / "train" / f"seed{seed}" / f"checkpoint-{flags.steps}", data, folder / f"seed{seed}",
                            logs / "lic.log", m, max_new) for seed in flags.seeds}  # fmt: skip
@@ -199,7 +224,8 @@ def summarize(config, flags, n, before, curves, outcomes, start) -> dict:
     last = {view: arm({s: outcomes[s][steps[-1]] for s in seeds}, view) for view in VIEWS}
     return {
         "method": "vasd", "model": MODEL_NAME if flags.start is None else f"{start} (--start)", "recipe": SETTINGS["recipe"],
-        "start_model": start, "task": config["task"], "configuration": config, "test_tasks": n,
+        "start_model": start, "task": config["task"], "configuration": config, "set": flags.extra,
+        "side": flags.side, "test_tasks": n,
         "views": list(VIEWS), "seeds": seeds, "steps": flags.steps, "every": flags.every,
         "start": point(0, before), "curves": {str(s): c for s, c in curves.items()}, "pooled": pooled,
         "last_vs_start": {view: difference(start_arm[view], last[view]) for view in VIEWS},
@@ -219,24 +245,28 @@ def report(summary: dict) -> str:
         f"# Study: VASD long enough to move ({s['model']})", "",
         f"`make study-vasd`: recipe `{s['recipe']}` (LoRA, adapter-off teacher) from `{s['start_model']}`, task "
         f"`{s['task']}`, configuration from {s['configuration']['source']} "
-        f"(overrides: {', '.join(s['configuration']['overrides']) or 'none'}); {len(s['seeds'])} seeds x {s['steps']} "
-        f"steps, a checkpoint every {s['every']} steps, each scored with `fic lic` (greedy) on the reproduce part's "
-        f"{s['test_tasks']} held-out test tasks. {s['minutes']:.1f} min on 2 CPU cores (estimated "
+        f"(overrides: {', '.join(s['configuration']['overrides']) or 'none'})"
+        + (f", set here: {', '.join(s['set'])}" if s.get("set") else "") + f"; {len(s['seeds'])} seeds x {s['steps']} "
+        f"steps, a checkpoint every {s['every']} steps, each scored with `fic lic` (greedy) on "
+        + (f"the reproduce part's {s['test_tasks']} held-out test tasks" if s.get("side", "test") == "test"
+           else f"{s['test_tasks']} tasks of the {s['side']} split (no test task)")
+        + f". {s['minutes']:.1f} min on 2 CPU cores (estimated "
         f"{s['estimated_minutes']:.0f}).", "",
         f"**Last checkpoint (step {s['steps']}) minus the start model**, percentage points, {s['interval']}: "
         + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in s["views"])
         + f". Share of the start model's multi-turn gap (FULL - SHARDED) closed: {gap_text}.", "",
         "The curve per seed (step 0 is the start model), P in percent:", "",
-        study.curve_table(rows, cols), *confirm_text(s.get("confirm")), study.GPU_NOTE, "",
+        study.curve_table(rows, cols), *confirm_text(s.get("confirm"), s.get("side", "test")), study.GPU_NOTE, "",
     ])  # fmt: skip
 
 
-def confirm_text(c: dict | None) -> list[str]:
+def confirm_text(c: dict | None, side: str = "test") -> list[str]:
     if not c:
         return []
     last = c["last_vs_start"]
-    return ["", f"**Confirmation on {c['tasks']} further test tasks** ({c['first_task']}-{c['first_task'] + c['tasks'] - 1} "
-            "of the held-out split; no curve figure read them), the start model and each seed's last checkpoint, "
+    split = "the held-out split" if side == "test" else f"the {side} split"
+    return ["", f"**Confirmation on {c['tasks']} further {side} tasks** ({c['first_task']}-"
+            f"{c['first_task'] + c['tasks'] - 1} of {split}; no curve figure read them), the start model and each seed's last checkpoint, "
             "last minus start in points: " + "; ".join(f"{v.upper()} {study.interval_text(last[v])}" for v in last)
             + ". Start model: " + views_line(c["start"]) + ". Each seed alone (tasks resampled):", "",
             *(f"- seed {seed}: " + "; ".join(f"{v.upper()} {study.interval_text(d[v])}" for v in d)
@@ -268,7 +298,10 @@ def plot(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("P (correct)")
     axes[-1].legend(fontsize=7)
     fig.suptitle(
-        f"VASD: {summary['task']}, {summary['test_tasks']} test tasks, {len(summary['seeds'])} seeds", fontsize=9
+        f"VASD: {summary['task']}, {summary['test_tasks']} {summary.get('side', 'test')} tasks"
+        + (f" ({', '.join(summary['set'])})" if summary.get("set") else "")
+        + f", {len(summary['seeds'])} seeds",
+        fontsize=9,
     )
     study.save_figure(fig, path)
 

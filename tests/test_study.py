@@ -157,6 +157,31 @@ def test_vasd_study_uses_the_recorded_configuration(vasd_env, monkeypatch):
     assert summary["task"] == "arithmetic-2-updates" and "abc1234" in summary["configuration"]["source"]
 
 
+def test_vasd_study_checks_a_configuration_on_dev(vasd_env):
+    """`--side dev --set KEY=VALUE`: the curve reads dev tasks only (none of the test tasks a study reports), the set
+    value goes last among the training overrides, and the summary and report say both."""
+    study_vasd, calls, flags, tmp = vasd_env
+    dev = [*flags, "--out", str(tmp / "dev"), "--results", str(tmp / "dev-results"), "--confirm", "0"]
+    argv = ["--seeds", "0", "--steps", "2", "--every", "2", "--side", "dev", "--set", "learning_rate=3e-4"]
+    assert study_vasd.main([*argv, *dev]) == 0
+    assert calls["train"][0]["overrides"][-1] == "learning_rate=3e-4"
+    assert study_vasd.main(["--seeds", "0", "--steps", "2", "--every", "2", *flags]) == 0
+    ids = {side: {r["task_id"] for r in map(json.loads, open(tmp / folder / "lic" / "start" / "episodes.jsonl"))}
+           for side, folder in (("dev", "dev"), ("test", "work"))}  # fmt: skip
+    assert len(ids["dev"]) == len(ids["test"]) == 12 and not ids["dev"] & ids["test"]
+    assert all(vasd_split(i) == side for side in ids for i in ids[side])
+    summary = json.loads((tmp / "dev-results" / "summary.json").read_text())
+    assert summary["side"] == "dev" and summary["set"] == ["learning_rate=3e-4"] and "confirm" not in summary
+    report = (tmp / "dev-results" / "report.md").read_text()
+    assert "12 tasks of the dev split (no test task)" in report and "set here: learning_rate=3e-4" in report
+
+
+def vasd_split(task_id: str) -> str:
+    import vasd
+
+    return vasd.split_side(task_id.split("|", 1)[1])
+
+
 def test_vasd_study_refuses_a_folder_of_other_steps(vasd_env, capsys):
     study_vasd, calls, flags, tmp = vasd_env
     assert study_vasd.main(["--seeds", "0", "--steps", "2", "--every", "2", *flags]) == 0
@@ -209,6 +234,9 @@ def test_one_study_process_at_a_time(vasd_env, capsys):
         (["--steps", "ten"], "--steps"),
         (["--tasks", "0"], "--tasks"),
         (["--confirm", "-1"], "--confirm"),
+        (["--set", "learning_rate"], "--set"),
+        (["--set", "=3e-4"], "--set"),
+        (["--side", "train"], "--side"),
         (["--bogus"], "--bogus"),
     ],
 )

@@ -87,16 +87,28 @@ def n_tasks(flags) -> int:
 
 def configuration() -> dict:
     """{task, overrides, source}: the part's recorded dev choice (`vasd_config`) when it applies to this start model,
-    else the settings' task with the recipe's values (no overrides)."""
+    else the settings' task with the recipe's values (no overrides); then the dev check's choice at study length
+    (`study_vasd_config`, reproduce/study_vasd_choose.py) on top when it is recorded for that task."""
     try:
         rec = repro.recorded_choice("vasd_config")
     except repro.StepError:
         rec = None
     if rec and rec.get("start_model") == "sft" and rec.get("task") in ARITHMETIC and "overrides" in rec:
-        return {"task": rec["task"], "overrides": list(rec["overrides"]), "chosen": rec.get("chosen"),
-                "source": f"reproduce/dev_choices.json vasd_config (commit {rec['recorded']['commit']})"}  # fmt: skip
-    return {"task": SETTINGS["task"], "overrides": [], "chosen": None,
-            "source": "the recipe's values (no vasd_config for the SFT start model in reproduce/dev_choices.json)"}  # fmt: skip
+        config = {"task": rec["task"], "overrides": list(rec["overrides"]), "chosen": rec.get("chosen"),
+                  "source": f"reproduce/dev_choices.json vasd_config (commit {rec['recorded']['commit']})"}  # fmt: skip
+    else:
+        config = {"task": SETTINGS["task"], "overrides": [], "chosen": None,
+                  "source": "the recipe's values (no vasd_config for the SFT start model in reproduce/dev_choices.json)"}  # fmt: skip
+    try:
+        study_rec = repro.recorded_choice("study_vasd_config")
+    except repro.StepError:
+        return config
+    if study_rec.get("task") == config["task"] and study_rec.get("overrides"):
+        config["overrides"] += list(study_rec["overrides"])
+        config["chosen"] = f"{config['chosen']} + {study_rec['chosen']}"
+        config["source"] += (f", then study_vasd_config (the dev check at study length, commit "
+                             f"{study_rec['recorded']['commit']})")  # fmt: skip
+    return config
 
 
 def settings_key(flags) -> dict:

@@ -73,9 +73,6 @@ def vasd_env(tmp_path, monkeypatch):
         (output_dir / "adapter_config.json").write_text("{}")
         return output_dir
 
-    def no_record(key):
-        raise repro.StepError(f"no {key}")
-
     monkeypatch.setattr(repro, "fic", fake_fic)
     monkeypatch.setattr(repro, "train", fake_train)
     monkeypatch.setattr(repro, "recorded_choice", no_record)
@@ -149,7 +146,7 @@ def test_vasd_study_uses_the_recorded_configuration(vasd_env, monkeypatch):
     study_vasd, calls, flags, tmp = vasd_env
     record = {"task": "arithmetic-2-updates", "start_model": "sft", "chosen": "lora-r64",
               "overrides": ["lora_r=64", "learning_rate=1e-4"], "recorded": {"commit": "abc1234"}}  # fmt: skip
-    monkeypatch.setattr(repro, "recorded_choice", lambda key: dict(record))
+    monkeypatch.setattr(repro, "recorded_choice", lambda key: dict(record) if key == "vasd_config" else no_record(key))
     assert study_vasd.main(["--seeds", "0", "--steps", "2", "--every", "2", *flags]) == 0
     overrides = calls["train"][0]["overrides"]
     assert overrides[-2:] == ["lora_r=64", "learning_rate=1e-4"] and "synthetic_task_steps=2" in overrides
@@ -180,6 +177,63 @@ def vasd_split(task_id: str) -> str:
     import vasd
 
     return vasd.split_side(task_id.split("|", 1)[1])
+
+
+def no_record(key):
+    raise repro.StepError(f"no {key}")
+
+
+def _dev_summary(folder: Path, set_: list[str], full: float, concat: float, sharded: float, side: str = "dev") -> Path:
+    """A dev results folder whose last-minus-start lower ends are `full`, `concat`, `sharded` (diff = low + 0.05)."""
+    last = {v: {"diff": low + 0.05, "low": low, "high": low + 0.1} for v, low in
+            (("full", full), ("concat", concat), ("sharded", sharded))}  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "side": side, "set": set_, "task": "arithmetic-1-update", "seeds": [0, 1, 2], "steps": 60, "test_tasks": 100,
+        "configuration": {"overrides": ["learning_rate=1e-3"]}, "start": {"p_full": 0.7}, "last_vs_start": last}))  # fmt: skip
+    return folder
+
+
+def test_the_dev_check_chooses_by_the_written_rule_and_the_study_trains_the_choice(tmp_path, monkeypatch, capsys):
+    """study_vasd_choose: lower ends of FULL and CONCAT >= -5 points and SHARDED's > 0 qualify; the highest SHARDED
+    of those is chosen (not the highest overall), recorded as study_vasd_config, and study_vasd applies it last."""
+    import study_vasd
+    import study_vasd_choose
+
+    dev = tmp_path / "dev"
+    folders = [_dev_summary(dev / "lr3e-4", ["learning_rate=3e-4"], -0.04, -0.02, 0.30),
+               _dev_summary(dev / "mix0.8", ["single_turn_mix=0.8"], -0.05, -0.01, 0.35),
+               _dev_summary(dev / "lr3e-3", ["learning_rate=3e-3"], -0.06, 0.0, 0.60)]  # fmt: skip
+    choices = tmp_path / "dev_choices.json"
+    choices.write_text(json.dumps({"commit": "abc1234", "vasd_config": {
+        "task": "arithmetic-1-update", "start_model": "sft", "chosen": "lora-r16-lr1e-3", "overrides": ["learning_rate=1e-3"]}}))  # fmt: skip
+    monkeypatch.setattr(repro, "DEV_CHOICES", choices)
+    assert study_vasd.configuration()["overrides"] == ["learning_rate=1e-3"]
+    assert study_vasd_choose.main([*map(str, folders), "--record"]) == 0
+    out = capsys.readouterr().out
+    assert "lr3e-3 (learning_rate=3e-3): FULL -1.0 [-6.0, +4.0]" in out and "-> does not qualify" in out
+    assert "chosen: mix0.8" in out
+    record = json.loads(choices.read_text())["study_vasd_config"]
+    assert record["chosen"] == "mix0.8" and record["overrides"] == ["single_turn_mix=0.8"]
+    assert set(record["candidates"]) == {"lr3e-4", "mix0.8", "lr3e-3"}
+    config = study_vasd.configuration()
+    assert (
+        config["overrides"] == ["learning_rate=1e-3", "single_turn_mix=0.8"]
+        and "study_vasd_config" in config["source"]
+    )
+    # none qualifying: nothing is added
+    assert study_vasd_choose.main([str(folders[2]), "--record"]) == 0
+    assert "none qualifies" in capsys.readouterr().out
+    assert study_vasd.configuration()["overrides"] == ["learning_rate=1e-3"]
+
+
+def test_the_dev_check_refuses_a_folder_scored_on_test(tmp_path, capsys):
+    import study_vasd_choose
+
+    folder = _dev_summary(tmp_path / "test-run", ["learning_rate=3e-4"], 0.0, 0.0, 0.3, side="test")
+    assert study_vasd_choose.main([str(folder)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scored on test tasks" in err[0] and "--side dev" in err[0]
 
 
 def test_vasd_study_refuses_a_folder_of_other_steps(vasd_env, capsys):

@@ -9,7 +9,8 @@ The reproduce VASD part (`reproduce/vasd.py`) trains 8 steps; this trains the sa
 (`recipes/reproduce_vasd.yaml`: LoRA, the teacher the same weights with the adapter off) from the same start model
 (the part's single-turn SFT model, `outputs/reproduce/vasd/sft`, trained by the part's `sft()` when absent) with the
 configuration the part chose on dev (`reproduce/dev_choices.json` `vasd_config` when it is recorded for this task and
-start model, else the recipe's values), for `--steps` steps at each seed, saving a checkpoint every `--every` steps.
+start model, else the recipe's values) and, on top, the dev check's choice at study length (`study_vasd_config`,
+below), for `--steps` steps at each seed, saving a checkpoint every `--every` steps.
 Each checkpoint and the start model (step 0) are scored with `fic lic` (FULL, CONCAT, SHARDED, greedy) on the part's
 held-out test tasks (`vasd.family_tasks(task, "test", n)`, the tasks the part reports on; no choice here reads them).
 Then the start model and each seed's last checkpoint are scored once more on `--confirm` further test tasks, the next
@@ -27,7 +28,8 @@ resumes from its last checkpoint), a scored checkpoint is not scored again. Defa
 A configuration is checked at study length on dev, never on the tasks above: `--side dev` scores the curve on the
 part's dev split (disjoint from test by a salted hash) and `--set KEY=VALUE` (repeatable) changes a recipe value on
 top of the configuration, e.g. `--side dev --tasks 100 --confirm 0 --set learning_rate=3e-4 --out
-outputs/studies/vasd-dev/lr3e-4 --results reproduce/studies/vasd-dev/lr3e-4`.
+outputs/studies/vasd-dev/lr3e-4 --results reproduce/studies/vasd-dev/lr3e-4`; `reproduce/study_vasd_choose.py`
+applies the check's rule to such folders and records the choice as `study_vasd_config`.
 """
 
 from __future__ import annotations

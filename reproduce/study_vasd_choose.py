@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import repro  # noqa: E402
+import study  # noqa: E402
 
 RULE = ("at the last checkpoint, seeds pooled: FULL and CONCAT last-minus-start lower ends >= -5 points and SHARDED's "
         "> 0; among those, the highest SHARDED difference")  # fmt: skip
@@ -56,16 +57,15 @@ def read_candidate(folder: Path) -> dict:
         raise repro.StepError(
             f"{path}: no --set values, so nothing to choose (a candidate is study_vasd.py --set ...)"
         )
-    view = lambda v: {k: s["last_vs_start"][v][k] for k in ("diff", "low", "high")}  # noqa: E731
     return {"set": s["set"], "task": s["task"], "base": s["configuration"]["overrides"], "seeds": s["seeds"],
             "steps": s["steps"], "dev_tasks": s["test_tasks"], "start": s["start"],
-            "last_vs_start": {v: view(v) for v in ("full", "concat", "sharded")}}  # fmt: skip
+            "last_vs_start": {v: {k: s["last_vs_start"][v][k] for k in ("diff", "low", "high")}
+                              for v in ("full", "concat", "sharded")}}  # fmt: skip
 
 
 def line(name: str, c: dict) -> str:
     d = c["last_vs_start"]
-    cells = "; ".join(f"{v.upper()} {100 * d[v]['diff']:+.1f} [{100 * d[v]['low']:+.1f}, {100 * d[v]['high']:+.1f}]"
-                      for v in d)  # fmt: skip
+    cells = "; ".join(f"{v.upper()} {study.interval_text(d[v])}" for v in d)
     return f"{name} ({', '.join(c['set'])}): {cells} -> {'qualifies' if qualifies(d) else 'does not qualify'}"
 
 

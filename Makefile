@@ -65,11 +65,11 @@ reproduce: venv
 	$(BIN)/python reproduce/run.py $(if $(PARTS),--parts $(PARTS))
 
 # Learning curves long enough to move (1-1.3 hours each on 2 cores; resumable; results in reproduce/studies/METHOD/).
-# Flags: make study-vasd SEEDS=0,1,2 STEPS=60 EVERY=10 CONFIRM=180
+# Flags: make study-vasd SEEDS=0,1,2 STEPS=60 EVERY=10 CONFIRM=180 CONFIRM_FROM=241
 # make study-collab SEEDS=0,1,2: the reproduce collab part with every arm and RL trained at 3 seeds (~70 min).
 .PHONY: study-vasd study-rl study-collab
 study-vasd: venv
-	$(BIN)/python reproduce/study_vasd.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY)) $(if $(CONFIRM),--confirm $(CONFIRM))
+	$(BIN)/python reproduce/study_vasd.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY)) $(if $(CONFIRM),--confirm $(CONFIRM)) $(if $(CONFIRM_FROM),--confirm-from $(CONFIRM_FROM))
 
 study-rl: venv
 	$(BIN)/python reproduce/study_rl.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(STEPS),--steps $(STEPS)) $(if $(EVERY),--every $(EVERY))

@@ -2,7 +2,7 @@
 """`make study-vasd`: VASD long enough to move, a learning curve per view and seed on SmolLM2-135M-Instruct.
 
     python reproduce/study_vasd.py [--seeds 0,1,2] [--steps 60] [--every 10] [--start MODEL] [--tasks N]
-                                   [--confirm M] [--side test|dev] [--set KEY=VALUE ...]
+                                   [--confirm M] [--confirm-from F] [--side test|dev] [--set KEY=VALUE ...]
                                    [--out outputs/studies/vasd] [--results reproduce/studies/vasd]
 
 The reproduce VASD part (`reproduce/vasd.py`) trains 8 steps; this trains the same recipe in the same form
@@ -17,7 +17,8 @@ Then the start model and each seed's last checkpoint are scored once more on `--
 ones of the same held-out split, which neither the part nor the curve scores: the last-minus-start differences on
 them are a confirmation on items no earlier figure read, with each seed alone against the start model beside the
 seeds pooled (on 180 tasks a seed's difference is known to about +/-5 points; the pooled interval is then limited by
-how far the seeds disagree).
+how far the seeds disagree). `--confirm-from F` starts the confirmation at task F instead of N+1, so a later run
+can confirm on tasks no earlier run read (the tasks between N+1 and F-1 are not scored).
 
 What it writes to the results folder: `summary.json` (per seed and step P_full / P_concat / P_sharded, the seeds
 pooled per step with the seed-and-task bootstrap interval, the last checkpoint against the start model per view with
@@ -58,6 +59,9 @@ def add_flags(parser) -> None:
     parser.add_argument("--confirm", type=int, default=SETTINGS["defaults"]["confirm"],
                         help="further test tasks (after --tasks) scoring the start model and each seed's last "
                              "checkpoint once more; 0 skips")  # fmt: skip
+    parser.add_argument("--confirm-from", type=int, default=None, metavar="F",
+                        help="the first confirmation task (1-based; default: the one after --tasks); a later F "
+                             "confirms on tasks an earlier run's confirmation did not read")  # fmt: skip
     parser.add_argument("--side", choices=["test", "dev"], default="test",
                         help="the split whose tasks are scored: test (the part's held-out tasks) or dev (where a "
                              "configuration is checked before a study reports on test)")  # fmt: skip
@@ -76,6 +80,9 @@ def check_flags(flags) -> None:
         raise study.FlagError(f"--tasks {flags.tasks}: expected a number of test tasks >= 1")
     if flags.confirm < 0:
         raise study.FlagError(f"--confirm {flags.confirm}: expected a number of confirmation tasks >= 0 (0 skips)")
+    if flags.confirm_from is not None and flags.confirm_from <= n_tasks(flags):
+        raise study.FlagError(f"--confirm-from {flags.confirm_from}: expected a task after the {n_tasks(flags)} curve "
+                              f"tasks (>= {n_tasks(flags) + 1}), so no confirmation task is a curve task")  # fmt: skip
     for item in flags.extra:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip() or key != key.strip():
@@ -195,13 +202,17 @@ def run(out: Path, flags, progress) -> dict:
 
 
 def confirm(start: str, config: dict, flags, n: int, out: Path, progress) -> dict:
-    """The start model and each seed's last checkpoint on the `--confirm` test tasks after the first `n` (prefix-stable
-    `family_tasks`, so none is a curve task): the rates and last-minus-start differences per view."""
+    """The start model and each seed's last checkpoint on the `--confirm` test tasks from `--confirm-from` (default:
+    after the first `n`; prefix-stable `family_tasks`, so none is a curve task): the rates and last-minus-start
+    differences per view."""
     m, logs = flags.confirm, out / "logs"
-    items = vasd.family_tasks(config["task"], flags.side, n + m)[n:]
-    data = vasd.write_lic_file(items, out / "data" / f"confirm-{n}+{m}-{config['task']}.json")
-    folder, max_new = out / "lic" / f"confirm-{n}+{m}", vasd.SETTINGS["eval"]["max_new_tokens"]
-    progress(f"confirmation: the start model and each seed's last checkpoint on {flags.side} tasks {n + 1}-{n + m}")
+    skip = n if flags.confirm_from is None else flags.confirm_from - 1
+    items = vasd.family_tasks(config["task"], flags.side, skip + m)[skip:]
+    data = vasd.write_lic_file(items, out / "data" / f"confirm-{skip}+{m}-{config['task']}.json")
+    folder, max_new = out / "lic" / f"confirm-{skip}+{m}", vasd.SETTINGS["eval"]["max_new_tokens"]
+    progress(
+        f"confirmation: the start model and each seed's last checkpoint on {flags.side} tasks {skip + 1}-{skip + m}"
+    )
     before = vasd.lic(start, data, folder / "start", logs / "lic.log", m, max_new)
     last = {seed: vasd.lic(out / "train" / f"seed{seed}" / f"checkpoint-{flags.steps}", data, folder / f"seed{seed}",
                            logs / "lic.log", m, max_new) for seed in flags.seeds}  # fmt: skip
@@ -210,7 +221,7 @@ def confirm(start: str, config: dict, flags, n: int, out: Path, progress) -> dic
     # each seed alone against the start model: tasks resampled only, so the seeds' spread shows beside the pooled figure
     per_seed = {str(s): {view: difference(start_arm[view], arm({None: r["outcomes"]}, view)) for view in VIEWS}
                 for s, r in last.items()}  # fmt: skip
-    result = {"tasks": m, "first_task": n + 1, "start": point(0, before),
+    result = {"tasks": m, "first_task": skip + 1, "start": point(0, before),
               "last": {str(s): point(flags.steps, r) for s, r in last.items()},
               "last_vs_start": {view: difference(start_arm[view], last_arm[view]) for view in VIEWS},
               "per_seed": per_seed}  # fmt: skip

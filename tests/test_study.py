@@ -142,6 +142,19 @@ def test_vasd_study_resumes_and_adds_seeds(vasd_env):
     assert json.loads((tmp / "results" / "summary.json").read_text())["minutes"] == round(minutes, 2)
 
 
+def test_vasd_study_confirms_on_later_tasks(vasd_env):
+    """`--confirm-from F`: a second confirmation scores tasks F.. (none the first confirmation or the curve read)."""
+    study_vasd, calls, flags, tmp = vasd_env
+    args = ["--seeds", "0", "--steps", "2", "--every", "2", *flags]
+    assert study_vasd.main(args) == 0
+    assert study_vasd.main([*args, "--confirm-from", "20"]) == 0
+    assert json.loads((tmp / "results" / "summary.json").read_text())["confirm"]["first_task"] == 20
+    ids = {name: {r["task_id"] for r in map(json.loads, open(tmp / "work" / "lic" / name / "start" / "episodes.jsonl"))}
+           for name in ("confirm-12+6", "confirm-19+6")}  # fmt: skip
+    assert len(ids["confirm-19+6"]) == 6 and not ids["confirm-12+6"] & ids["confirm-19+6"]
+    assert "Confirmation on 6 further test tasks** (20-25" in (tmp / "results" / "report.md").read_text()
+
+
 def test_vasd_study_uses_the_recorded_configuration(vasd_env, monkeypatch):
     study_vasd, calls, flags, tmp = vasd_env
     record = {"task": "arithmetic-2-updates", "start_model": "sft", "chosen": "lora-r64",
@@ -288,6 +301,7 @@ def test_one_study_process_at_a_time(vasd_env, capsys):
         (["--steps", "ten"], "--steps"),
         (["--tasks", "0"], "--tasks"),
         (["--confirm", "-1"], "--confirm"),
+        (["--confirm-from", "12"], "--confirm-from"),
         (["--set", "learning_rate"], "--set"),
         (["--set", "=3e-4"], "--set"),
         (["--side", "train"], "--side"),

@@ -115,8 +115,9 @@ def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, 
     assert set(summaries[0]["genuine_rate"]["gsm8k"]) == set(summaries[1]["genuine_rate"]["gsm8k"])
 
     # Resume: with the later jobs' rows gone (a run killed before writing them), the rerun keeps every written row and
-    # writes each missing one once. (Its T=1 texts need not be the first run's: vLLM's seeded sampling is not
-    # reproducible across engine starts here, where the prefix cache and batch shapes differ; greedy rows are.)
+    # writes each missing one once. Its rewritten texts need not be the first run's, greedy ones included: vLLM does
+    # not promise the same numerics across engine starts (prefix cache hits, batch shapes), so a near tie can flip a
+    # greedy token (CI saw gsm8k item 2's unperturbed greedy turn change on the rerun).
     samples = tmp_path / "vllm" / "samples.jsonl"
     whole = samples.read_text().splitlines(keepends=True)
     kept = whole[: len(whole) // 2]
@@ -126,8 +127,11 @@ def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, 
     resumed = samples.read_text().splitlines(keepends=True)
     assert sorted(map(key, map(json.loads, resumed))) == sorted(map(key, vl))
     assert set(kept) <= set(resumed)
-    first = {key(r): r["user_turn"] for r in vl if r["temperature"] == 0.0}
-    assert {key(r): r["user_turn"] for r in map(json.loads, resumed) if r["temperature"] == 0.0} == first
+    greedy = {}
+    for r in map(json.loads, resumed):
+        if r["temperature"] == 0.0:
+            greedy.setdefault((r["item_id"], r["perturbation"]), set()).add(r["user_turn"])
+    assert all(len(texts) == 1 for texts in greedy.values())  # a rewritten job's greedy samples are still one text
 
 
 def test_served_model_as_judge_reward_and_completions_endpoint(server, smollm2, shared_data, tmp_path):

@@ -95,6 +95,15 @@ def server(smollm2, tmp_path_factory):
     pytest.fail(f"the vLLM server did not come up; its log:\n{log.read_text()[-4000:]}")
 
 
+def greedy_texts(sample_rows) -> dict:
+    """{(item_id, perturbation): the set of user-turn texts of its temperature-0 rows}."""
+    texts = {}
+    for r in sample_rows:
+        if r["temperature"] == 0.0:
+            texts.setdefault((r["item_id"], r["perturbation"]), set()).add(r["user_turn"])
+    return texts
+
+
 def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, smollm2, tmp_path):
     gsm8k = shared_data / "gsm8k" / "test.jsonl"
     common = ["probe", "--model", "smollm2", "--datasets", f"gsm8k:{gsm8k}", "--temperatures", "0,1.0",
@@ -105,11 +114,7 @@ def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, 
     hf, vl = rows(tmp_path / "hf" / "samples.jsonl"), rows(tmp_path / "vllm" / "samples.jsonl")
     assert sorted(map(key, vl)) == sorted(map(key, hf)) and len(vl) == 3 * 2 * 3 * 2  # items x T x controls x samples
     assert {tuple(sorted(r)) for r in vl} == {tuple(sorted(r)) for r in hf}
-    greedy = {}
-    for r in vl:
-        if r["temperature"] == 0.0:
-            greedy.setdefault((r["item_id"], r["perturbation"]), set()).add(r["user_turn"])
-    assert all(len(texts) == 1 for texts in greedy.values())  # the two greedy samples of an item are one text
+    assert all(len(texts) == 1 for texts in greedy_texts(vl).values())  # an item's two greedy samples: one text
     summaries = [json.loads((tmp_path / b / "summary.json").read_text()) for b in ("hf", "vllm")]
     assert set(summaries[0]) == set(summaries[1])
     assert set(summaries[0]["genuine_rate"]["gsm8k"]) == set(summaries[1]["genuine_rate"]["gsm8k"])
@@ -127,11 +132,8 @@ def test_probe_on_the_vllm_engine_matches_the_transformers_backend(shared_data, 
     resumed = samples.read_text().splitlines(keepends=True)
     assert sorted(map(key, map(json.loads, resumed))) == sorted(map(key, vl))
     assert set(kept) <= set(resumed)
-    greedy = {}
-    for r in map(json.loads, resumed):
-        if r["temperature"] == 0.0:
-            greedy.setdefault((r["item_id"], r["perturbation"]), set()).add(r["user_turn"])
-    assert all(len(texts) == 1 for texts in greedy.values())  # a rewritten job's greedy samples are still one text
+    resumed_greedy = greedy_texts(map(json.loads, resumed))
+    assert all(len(texts) == 1 for texts in resumed_greedy.values())  # a rewritten job's greedy samples are one text
 
 
 def test_served_model_as_judge_reward_and_completions_endpoint(server, smollm2, shared_data, tmp_path):

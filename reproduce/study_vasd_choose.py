@@ -3,13 +3,17 @@
 
     python reproduce/study_vasd_choose.py reproduce/studies/vasd-dev/lr3e-4 reproduce/studies/vasd-dev/mix0.8 [--record]
 
-Each folder is a `study_vasd.py --side dev --set KEY=VALUE ...` results folder (its summary.json). The rule, written
-before the check ran (reproduce/studies/vasd-dev/README.md): a candidate qualifies when, at its last checkpoint with
-the seeds pooled, the lower ends of FULL's and CONCAT's last-minus-start differences are >= -5 points and SHARDED's
-is > 0; the qualifying candidate with the highest SHARDED difference is chosen. It prints one line per candidate and
-the choice; `--record` writes it to `reproduce/dev_choices.json` as `study_vasd_config`, which `study_vasd.py` applies
-on top of the part's `vasd_config`. A folder scored on test tasks is refused: nothing is chosen on the items a study
-reports.
+Each folder is a `study_vasd.py --side dev --set KEY=VALUE ...` results folder (its summary.json). The rule
+(reproduce/studies/vasd-dev/README.md, its second check; written before that check ran): a candidate qualifies when,
+at its last checkpoint with the seeds pooled, the lower ends of FULL's and CONCAT's last-minus-start differences are
+>= -5 points and SHARDED's is > 0; the qualifying candidate with the widest single-turn margin (the higher of the
+worse of FULL's and CONCAT's lower ends) is chosen, the higher SHARDED difference breaking a tie. (The first check
+chose the highest SHARDED difference; the 5-seed test run then showed SHARDED's gain far above its target and
+single-turn skill the binding one.) It prints one line per candidate and the choice; `--record` writes it to
+`reproduce/dev_choices.json` as `study_vasd_config`, which `study_vasd.py` applies on top of the part's
+`vasd_config`. A folder scored on test tasks is refused: nothing is chosen on the items a study reports. Candidates
+must differ only in the values they set: their configurations are compared after each one's `--set` values apply,
+so a candidate run after an earlier choice was recorded compares with one run before it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import repro  # noqa: E402
 import study  # noqa: E402
 
 RULE = ("at the last checkpoint, seeds pooled: FULL and CONCAT last-minus-start lower ends >= -5 points and SHARDED's "
-        "> 0; among those, the highest SHARDED difference")  # fmt: skip
+        "> 0; among those, the highest single-turn margin (the worse of FULL's and CONCAT's lower ends), then the "
+        "highest SHARDED difference")  # fmt: skip
 FLOOR = -0.05
 
 
@@ -37,10 +42,23 @@ def qualifies(last_vs_start: dict) -> bool:
             and last_vs_start["sharded"]["low"] > 0)  # fmt: skip
 
 
+def margin(last_vs_start: dict) -> float:
+    """The single-turn margin: the worse of FULL's and CONCAT's last-minus-start lower ends."""
+    return min(last_vs_start["full"]["low"], last_vs_start["concat"]["low"])
+
+
 def choose(candidates: dict[str, dict]) -> str | None:
-    """The name of the qualifying candidate with the highest SHARDED difference; None when none qualifies."""
-    kept = {name: c for name, c in candidates.items() if qualifies(c["last_vs_start"])}
-    return max(kept, key=lambda name: kept[name]["last_vs_start"]["sharded"]["diff"]) if kept else None
+    """The qualifying candidate with the widest single-turn margin, then the highest SHARDED difference; None when
+    none qualifies."""
+    kept = {name: c["last_vs_start"] for name, c in candidates.items() if qualifies(c["last_vs_start"])}
+    return max(kept, key=lambda name: (margin(kept[name]), kept[name]["sharded"]["diff"])) if kept else None
+
+
+def settled(candidate: dict, keys: set[str]) -> dict[str, str]:
+    """A candidate's recipe values after its base and `--set` values apply in order, without `keys` (the ones some
+    candidate sets): what candidates compared by the rule must share."""
+    values = dict(item.split("=", 1) for item in [*candidate["base"], *candidate["set"]])
+    return {k: v for k, v in values.items() if k not in keys}
 
 
 def read_candidate(folder: Path) -> dict:
@@ -76,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         candidates = {folder.name: read_candidate(folder) for folder in args.folders}
-        alike = {(c["task"], tuple(c["base"]), tuple(c["seeds"]), c["steps"]) for c in candidates.values()}
+        varied = {item.split("=", 1)[0] for c in candidates.values() for item in c["set"]}
+        alike = {(c["task"], tuple(sorted(settled(c, varied).items())), tuple(c["seeds"]), c["steps"], c["dev_tasks"])
+                 for c in candidates.values()}  # fmt: skip
         if len(alike) > 1:
-            raise repro.StepError(f"the candidates differ in task, base configuration, seeds or steps ({alike}); "
+            raise repro.StepError(f"the candidates differ in task, base configuration, seeds, steps or dev tasks ({alike}); "
                                   "compare runs that differ only in their --set values")  # fmt: skip
     except repro.StepError as err:
         print(f"error: study-vasd-choose: {err}", file=sys.stderr)

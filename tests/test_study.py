@@ -196,27 +196,37 @@ def no_record(key):
     raise repro.StepError(f"no {key}")
 
 
-def _dev_summary(folder: Path, set_: list[str], full: float, concat: float, sharded: float, side: str = "dev") -> Path:
+def _dev_summary(
+    folder: Path,
+    set_: list[str],
+    full: float,
+    concat: float,
+    sharded: float,
+    side: str = "dev",
+    base: tuple[str, ...] = ("learning_rate=1e-3",),
+) -> Path:
     """A dev results folder whose last-minus-start lower ends are `full`, `concat`, `sharded` (diff = low + 0.05)."""
     last = {v: {"diff": low + 0.05, "low": low, "high": low + 0.1} for v, low in
             (("full", full), ("concat", concat), ("sharded", sharded))}  # fmt: skip
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text(json.dumps({
         "side": side, "set": set_, "task": "arithmetic-1-update", "seeds": [0, 1, 2], "steps": 60, "test_tasks": 100,
-        "configuration": {"overrides": ["learning_rate=1e-3"]}, "start": {"p_full": 0.7}, "last_vs_start": last}))  # fmt: skip
+        "configuration": {"overrides": list(base)}, "start": {"p_full": 0.7}, "last_vs_start": last}))  # fmt: skip
     return folder
 
 
 def test_the_dev_check_chooses_by_the_written_rule_and_the_study_trains_the_choice(tmp_path, monkeypatch, capsys):
-    """study_vasd_choose: lower ends of FULL and CONCAT >= -5 points and SHARDED's > 0 qualify; the highest SHARDED
-    of those is chosen (not the highest overall), recorded as study_vasd_config, and study_vasd applies it last."""
+    """study_vasd_choose: lower ends of FULL and CONCAT >= -5 points and SHARDED's > 0 qualify; of those, the widest
+    single-turn margin (the worse lower end of FULL and CONCAT) is chosen, not the highest SHARDED and not a wider
+    margin that fails SHARDED's test; it is recorded as study_vasd_config, and study_vasd applies it last."""
     import study_vasd
     import study_vasd_choose
 
     dev = tmp_path / "dev"
     folders = [_dev_summary(dev / "lr3e-4", ["learning_rate=3e-4"], -0.04, -0.02, 0.30),
                _dev_summary(dev / "mix0.8", ["single_turn_mix=0.8"], -0.05, -0.01, 0.35),
-               _dev_summary(dev / "lr3e-3", ["learning_rate=3e-3"], -0.06, 0.0, 0.60)]  # fmt: skip
+               _dev_summary(dev / "lr3e-3", ["learning_rate=3e-3"], -0.06, 0.0, 0.60),
+               _dev_summary(dev / "lr1e-5", ["learning_rate=1e-5"], 0.0, 0.01, -0.01)]  # fmt: skip
     choices = tmp_path / "dev_choices.json"
     choices.write_text(json.dumps({"commit": "abc1234", "vasd_config": {
         "task": "arithmetic-1-update", "start_model": "sft", "chosen": "lora-r16-lr1e-3", "overrides": ["learning_rate=1e-3"]}}))  # fmt: skip
@@ -225,19 +235,46 @@ def test_the_dev_check_chooses_by_the_written_rule_and_the_study_trains_the_choi
     assert study_vasd_choose.main([*map(str, folders), "--record"]) == 0
     out = capsys.readouterr().out
     assert "lr3e-3 (learning_rate=3e-3): FULL -1.0 [-6.0, +4.0]" in out and "-> does not qualify" in out
-    assert "chosen: mix0.8" in out
+    assert "chosen: lr3e-4" in out
     record = json.loads(choices.read_text())["study_vasd_config"]
-    assert record["chosen"] == "mix0.8" and record["overrides"] == ["single_turn_mix=0.8"]
-    assert set(record["candidates"]) == {"lr3e-4", "mix0.8", "lr3e-3"}
+    assert record["chosen"] == "lr3e-4" and record["overrides"] == ["learning_rate=3e-4"]
+    assert set(record["candidates"]) == {"lr3e-4", "mix0.8", "lr3e-3", "lr1e-5"}
     config = study_vasd.configuration()
     assert (
-        config["overrides"] == ["learning_rate=1e-3", "single_turn_mix=0.8"]
-        and "study_vasd_config" in config["source"]
+        config["overrides"] == ["learning_rate=1e-3", "learning_rate=3e-4"] and "study_vasd_config" in config["source"]
     )
     # none qualifying: nothing is added
     assert study_vasd_choose.main([str(folders[2]), "--record"]) == 0
     assert "none qualifies" in capsys.readouterr().out
     assert study_vasd.configuration()["overrides"] == ["learning_rate=1e-3"]
+
+
+def test_the_dev_check_breaks_a_margin_tie_by_sharded():
+    import study_vasd_choose
+
+    def last(full, concat, sharded):
+        return {"last_vs_start": {"full": {"low": full}, "concat": {"low": concat},
+                                  "sharded": {"low": sharded - 0.1, "diff": sharded}}}  # fmt: skip
+
+    assert study_vasd_choose.choose({"a": last(-0.03, 0.0, 0.4), "b": last(0.0, -0.03, 0.5)}) == "b"
+    assert study_vasd_choose.choose({"a": last(-0.03, 0.0, 0.4), "b": last(-0.06, 0.0, 0.9)}) == "a"
+
+
+def test_the_dev_check_compares_configurations_after_their_set_values(tmp_path, capsys):
+    """A candidate run after an earlier choice was recorded (its base carries that choice) compares with one run
+    before it when only the value it sets differs; a base differing in another value is refused in one line."""
+    import study_vasd_choose
+
+    before = _dev_summary(tmp_path / "lr3e-4", ["learning_rate=3e-4"], -0.04, -0.02, 0.30)
+    after = _dev_summary(tmp_path / "lr1e-4", ["learning_rate=1e-4"], -0.02, -0.01, 0.25,
+                         base=("learning_rate=1e-3", "learning_rate=3e-4"))  # fmt: skip
+    assert study_vasd_choose.main([str(before), str(after)]) == 0
+    assert "chosen: lr1e-4" in capsys.readouterr().out
+    other = _dev_summary(tmp_path / "r64", ["learning_rate=1e-4"], -0.02, -0.01, 0.25,
+                         base=("learning_rate=1e-3", "lora_r=64"))  # fmt: skip
+    assert study_vasd_choose.main([str(before), str(other)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differ in task, base configuration" in err[0]
 
 
 def test_the_dev_check_refuses_a_folder_scored_on_test(tmp_path, capsys):

@@ -54,6 +54,15 @@ def choose(candidates: dict[str, dict]) -> str | None:
     return max(kept, key=lambda name: (margin(kept[name]), kept[name]["sharded"]["diff"])) if kept else None
 
 
+def study_overrides(candidate: dict, part: list[str]) -> list[str]:
+    """What `study_vasd_config` must add to the part's `vasd_config` overrides (`part`) for `make study-vasd` to train
+    this candidate as it was trained: its base without the part's overrides (an earlier study choice it ran on top
+    of), then its `--set` values, one item per key, the last value winning."""
+    base = candidate["base"]
+    extra = base[len(part) :] if base[: len(part)] == part else base
+    return [f"{k}={v}" for k, v in dict(item.split("=", 1) for item in [*extra, *candidate["set"]]).items()]
+
+
 def settled(candidate: dict, keys: set[str]) -> dict[str, str]:
     """A candidate's recipe values after its base and `--set` values apply in order, without `keys` (the ones some
     candidate sets): what candidates compared by the rule must share."""
@@ -111,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(repro.DEV_CHOICES.read_text(encoding="utf-8"))
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repro.ROOT, capture_output=True,
                                 text=True).stdout.strip()  # fmt: skip
+        part = data.get("vasd_config", {}).get("overrides", [])
         data["study_vasd_config"] = {
             "commit": commit, "rule": RULE, "task": next(iter(candidates.values()))["task"], "chosen": chosen,
-            "overrides": candidates[chosen]["set"] if chosen else [], "candidates": candidates,
+            "overrides": study_overrides(candidates[chosen], part) if chosen else [], "candidates": candidates,
         }  # fmt: skip
         repro.DEV_CHOICES.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         print(f"recorded study_vasd_config in {repro.DEV_CHOICES}")

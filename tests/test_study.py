@@ -270,6 +270,13 @@ def test_the_dev_check_compares_configurations_after_their_set_values(tmp_path, 
                          base=("learning_rate=1e-3", "learning_rate=3e-4"))  # fmt: skip
     assert study_vasd_choose.main([str(before), str(after)]) == 0
     assert "chosen: lr1e-4" in capsys.readouterr().out
+    # recorded, the choice trains as it was trained: an earlier study choice in its base is kept, one value per key
+    mix = _dev_summary(tmp_path / "mix0.8", ["single_turn_mix=0.8"], -0.01, -0.01, 0.25,
+                       base=("learning_rate=1e-3", "learning_rate=3e-4"))  # fmt: skip
+    part = ["learning_rate=1e-3"]
+    assert study_vasd_choose.study_overrides(study_vasd_choose.read_candidate(mix), part) == [
+        "learning_rate=3e-4", "single_turn_mix=0.8"]  # fmt: skip
+    assert study_vasd_choose.study_overrides(study_vasd_choose.read_candidate(after), part) == ["learning_rate=1e-4"]
     other = _dev_summary(tmp_path / "r64", ["learning_rate=1e-4"], -0.02, -0.01, 0.25,
                          base=("learning_rate=1e-3", "lora_r=64"))  # fmt: skip
     assert study_vasd_choose.main([str(before), str(other)]) == 1

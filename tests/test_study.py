@@ -625,3 +625,36 @@ def test_vasd_study_end_to_end_on_a_tiny_model(tmp_path):
     assert all(p["n"] == 3 for p in summary["curves"]["0"])
     assert (tmp_path / "work" / "train" / "seed0" / "checkpoint-1" / "adapter_config.json").exists()
     assert (tmp_path / "results" / "curve.png").exists() and (tmp_path / "results" / "report.md").exists()
+
+
+def test_vasd_kinds_reads_where_a_single_turn_loss_lives(tmp_path, capsys):
+    """study_vasd_kinds: each arithmetic item is an addition below ten, one crossing ten, or a subtraction; a run's
+    correct count per kind and its items lost and gained against the start model are what the episodes say."""
+    import study_vasd_kinds as kinds
+
+    assert kinds.item_kind("Ana has 6 pens. Ana finds 7 pens. How many?", "#### 13") == "add crossing 10"
+    assert kinds.item_kind("Ivy has 4 coins. Ivy buys 3 more coins. How many?", "#### 7") == "add below 10"
+    assert kinds.item_kind("Mia has 9 cookies. Mia gives away 7 cookies. How many?", "#### 2") == "subtract"
+    with pytest.raises(ValueError, match="not a one-update"):
+        kinds.item_kind("Mia has 9 cookies. Mia gives away 7 cookies. How many?", "#### 5")
+    items = [("a", "Ana has 6 pens. Ana finds 7 pens.", 13), ("b", "Ivy has 4 coins. Ivy buys 3 more coins.", 7),
+             ("c", "Mia has 9 cookies. Mia gives away 7 cookies.", 2), ("d", "Tom has 5 cards. Tom finds 8 cards.", 13)]  # fmt: skip
+    (tmp_path / "tasks.json").write_text(json.dumps([{"task_id": t, "question": q, "answer": f"#### {a}"}
+                                                     for t, q, a in items]))  # fmt: skip
+    verdicts = {"start": {"a": 1, "b": 1, "c": 0, "d": 1}, "seed0": {"a": 0, "b": 1, "c": 1, "d": 0}}
+    for run, ok in verdicts.items():
+        (tmp_path / "lic" / run).mkdir(parents=True)
+        rows = [{"task_id": t, "mode": m, "correct": bool(ok[t]) if m == "full" else True}
+                for t in ok for m in ("full", "concat")]  # fmt: skip
+        (tmp_path / "lic" / run / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert kinds.main([str(tmp_path / "lic"), str(tmp_path / "tasks.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| start | 1/1 | 2/2 | 0/1 |" in out
+    assert "| seed0 | 1/1 (-0/+0) | 0/2 (-2/+0) | 1/1 (-0/+1) |" in out
+    (tmp_path / "lic" / "seed1").mkdir()
+    (tmp_path / "lic" / "seed1" / "episodes.jsonl").write_text(
+        json.dumps({"task_id": "z", "mode": "full", "correct": True})
+    )
+    assert kinds.main([str(tmp_path / "lic"), str(tmp_path / "tasks.json")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not all scored on the tasks" in err[0]

@@ -5,7 +5,8 @@
         outputs/studies/vasd/data/confirm-240+180-arithmetic-1-update.json [--view full]
 
 The first argument is a folder of `fic lic` runs (`start/`, `seed0/`, ...: each an `episodes.jsonl`), as
-`study_vasd.py` writes per task set; the second is the task file they were scored on. The arithmetic tasks
+`study_vasd.py` writes per task set; the second is the task file they were scored on. On the curve's folder
+(`lic/`, where each seed holds `step30/`, `step60/`, ...) `--step K` reads each seed's checkpoint at step K. The arithmetic tasks
 (`fic.data.synthetic`) start with a count and apply one update, so each item is one of three kinds: an addition
 whose sum stays below ten, an addition that crosses ten (a carry), or a subtraction. For each run it prints the
 view's correct count per kind and, against the start model, how many items it lost and gained: a net loss spread
@@ -57,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("lic", type=Path, help="a folder of fic lic runs (start/, seed0/, ...)")
     parser.add_argument("tasks", type=Path, help="the task file they were scored on")
     parser.add_argument("--view", default="full", choices=("full", "concat", "sharded"))
+    parser.add_argument("--step", type=int, help="each seed's checkpoint at this step (the curve's lic/ folder)")
     args = parser.parse_args(argv)
     try:
         tasks = json.loads(args.tasks.read_text(encoding="utf-8"))
         kinds = {t["task_id"]: item_kind(t["question"], t["answer"]) for t in tasks}
         start = correct_by_item(args.lic / "start" / "episodes.jsonl", args.view)
-        runs = {p.name: correct_by_item(p / "episodes.jsonl", args.view)
-                for p in sorted(args.lic.iterdir()) if p.name != "start" and (p / "episodes.jsonl").exists()}  # fmt: skip
+        folders = [p / f"step{args.step}" if args.step else p for p in sorted(args.lic.iterdir()) if p.name != "start"]
+        runs = {p.relative_to(args.lic).as_posix(): correct_by_item(p / "episodes.jsonl", args.view)
+                for p in folders if (p / "episodes.jsonl").exists()}  # fmt: skip
         if set(start) != set(kinds) or any(set(r) != set(kinds) for r in runs.values()):
             raise ValueError(f"the runs in {args.lic} were not all scored on the tasks of {args.tasks}")
     except (OSError, ValueError, KeyError) as exc:

@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         alike = {(c["task"], tuple(sorted(settled(c, varied).items())), tuple(c["seeds"]), c["steps"], c["dev_tasks"])
                  for c in candidates.values()}  # fmt: skip
         if len(alike) > 1:
-            raise repro.StepError(f"the candidates differ in task, base configuration, seeds, steps or dev tasks ({alike}); "
-                                  "compare runs that differ only in their --set values")  # fmt: skip
+            raise repro.StepError(f"the candidates differ in task, base configuration, seeds, steps or dev tasks "
+                                  f"({alike}); compare runs that differ only in their --set values")  # fmt: skip
     except repro.StepError as err:
         print(f"error: study-vasd-choose: {err}", file=sys.stderr)
         return 1

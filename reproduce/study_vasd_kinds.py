@@ -6,11 +6,11 @@
 
 The first argument is a folder of `fic lic` runs (`start/`, `seed0/`, ...: each an `episodes.jsonl`), as
 `study_vasd.py` writes per task set; the second is the task file they were scored on. On the curve's folder
-(`lic/`, where each seed holds `step30/`, `step60/`, ...) `--step K` reads each seed's checkpoint at step K. The arithmetic tasks
-(`fic.data.synthetic`) start with a count and apply one update, so each item is one of three kinds: an addition
-whose sum stays below ten, an addition that crosses ten (a carry), or a subtraction. For each run it prints the
-view's correct count per kind and, against the start model, how many items it lost and gained: a net loss spread
-over every kind reads differently from one kind lost. Reads files only (no model, no torch).
+(`lic/`, where each seed holds `step30/`, `step60/`, ...) `--step K` reads each seed's checkpoint at step K.
+The arithmetic tasks (`fic.data.synthetic`) start with a count and apply one update, so each item is one of three
+kinds: an addition whose sum stays below ten, an addition that crosses ten (a carry), or a subtraction. For each
+run it prints the view's correct count per kind and, against the start model, how many items it lost and gained: a
+net loss spread over every kind reads differently from one kind lost. Reads files only (no model, no torch).
 """
 
 from __future__ import annotations

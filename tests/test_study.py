@@ -638,7 +638,8 @@ def test_vasd_kinds_reads_where_a_single_turn_loss_lives(tmp_path, capsys):
     with pytest.raises(ValueError, match="not a one-update"):
         kinds.item_kind("Mia has 9 cookies. Mia gives away 7 cookies. How many?", "#### 5")
     items = [("a", "Ana has 6 pens. Ana finds 7 pens.", 13), ("b", "Ivy has 4 coins. Ivy buys 3 more coins.", 7),
-             ("c", "Mia has 9 cookies. Mia gives away 7 cookies.", 2), ("d", "Tom has 5 cards. Tom finds 8 cards.", 13)]  # fmt: skip
+             ("c", "Mia has 9 cookies. Mia gives away 7 cookies.", 2),
+             ("d", "Tom has 5 cards. Tom finds 8 cards.", 13)]  # fmt: skip
     (tmp_path / "tasks.json").write_text(json.dumps([{"task_id": t, "question": q, "answer": f"#### {a}"}
                                                      for t, q, a in items]))  # fmt: skip
     verdicts = {"start": {"a": 1, "b": 1, "c": 0, "d": 1}, "seed0": {"a": 0, "b": 1, "c": 1, "d": 0}}

@@ -54,19 +54,24 @@ def choose(candidates: dict[str, dict]) -> str | None:
     return max(kept, key=lambda name: (margin(kept[name]), kept[name]["sharded"]["diff"])) if kept else None
 
 
+def recipe_values(items: list[str]) -> dict[str, str]:
+    """`KEY=VALUE` overrides as {key: value}, applied in order (a later value for a key wins)."""
+    return dict(item.split("=", 1) for item in items)
+
+
 def study_overrides(candidate: dict, part: list[str]) -> list[str]:
     """What `study_vasd_config` must add to the part's `vasd_config` overrides (`part`) for `make study-vasd` to train
     this candidate as it was trained: its base without the part's overrides (an earlier study choice it ran on top
     of), then its `--set` values, one item per key, the last value winning."""
     base = candidate["base"]
     extra = base[len(part) :] if base[: len(part)] == part else base
-    return [f"{k}={v}" for k, v in dict(item.split("=", 1) for item in [*extra, *candidate["set"]]).items()]
+    return [f"{k}={v}" for k, v in recipe_values([*extra, *candidate["set"]]).items()]
 
 
 def settled(candidate: dict, keys: set[str]) -> dict[str, str]:
     """A candidate's recipe values after its base and `--set` values apply in order, without `keys` (the ones some
     candidate sets): what candidates compared by the rule must share."""
-    values = dict(item.split("=", 1) for item in [*candidate["base"], *candidate["set"]])
+    values = recipe_values([*candidate["base"], *candidate["set"]])
     return {k: v for k, v in values.items() if k not in keys}
 
 
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         candidates = {folder.name: read_candidate(folder) for folder in args.folders}
-        varied = {item.split("=", 1)[0] for c in candidates.values() for item in c["set"]}
+        varied = {key for c in candidates.values() for key in recipe_values(c["set"])}
         alike = {(c["task"], tuple(sorted(settled(c, varied).items())), tuple(c["seeds"]), c["steps"], c["dev_tasks"])
                  for c in candidates.values()}  # fmt: skip
         if len(alike) > 1:
